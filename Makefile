@@ -1,0 +1,34 @@
+# Every target sets itself up: a venv in .venv and graphviz from apt when `dot` is missing.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+GT     := $(VENV)/bin/graphtool
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test bench fixtures fuzz clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@command -v dot >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq graphviz >/dev/null; }
+	@[ -x $(PY) ] || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,bench]'
+	@touch $@
+
+demo: setup
+	$(GT) inspect fixtures/conv_bn.onnx
+	@if $(GT) optimize --help >/dev/null 2>&1; then \
+		$(GT) optimize fixtures/torch/bert_ts.onnx -o /tmp/graphtool-demo-bert.onnx --level 1; fi
+
+test: setup
+	$(PY) -m pytest -n 2 -q
+
+bench: setup
+	$(PY) bench/run_all.py
+
+fixtures: setup
+	$(PY) fixtures/make_fixtures.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

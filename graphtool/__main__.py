@@ -1,0 +1,3 @@
+from graphtool.cli import main
+
+main()

@@ -1,0 +1,67 @@
+"""The ``graphtool`` command: a click group whose commands live one per module in this package.
+
+Commands are thin: parse flags, call the API, format the result. Every failure that reaches
+``main`` becomes one line on stderr and an exit code (2 for bad input or usage), never a traceback
+unless ``--debug`` asks for it.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import click
+
+from graphtool.errors import GraphtoolError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show the traceback of internal errors.")
+@click.version_option(package_name="graphtool")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """See, optimize and prove ONNX graphs."""
+    ctx.ensure_object(dict)["debug"] = debug
+
+
+def _register_commands() -> None:
+    from graphtool.cli import inspect_cmd, passes_cmd  # noqa: F401
+
+    for module in ("optimize_cmd", "compare_cmd", "diff_cmd", "viz_cmd", "check_cmd", "convert_cmd"):
+        try:
+            __import__(f"graphtool.cli.{module}")
+        except ModuleNotFoundError as err:
+            if err.name != f"graphtool.cli.{module}":
+                raise
+
+
+def main(argv: list[str] | None = None) -> None:
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        _register_commands()
+        code = cli.main(args=argv, prog_name="graphtool", standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
+    except GraphtoolError as err:
+        click.echo(f"graphtool: error: {err}", err=True)
+        sys.exit(err.exit_code)
+    except click.exceptions.Exit as err:
+        sys.exit(err.exit_code)
+    except click.ClickException as err:
+        click.echo(f"graphtool: error: {err.format_message()}", err=True)
+        sys.exit(2)
+    except (click.Abort, KeyboardInterrupt):
+        click.echo("graphtool: interrupted", err=True)
+        sys.exit(130)
+    except RecursionError:
+        click.echo("graphtool: error: the model nests too deeply to process", err=True)
+        sys.exit(2)
+    except MemoryError:
+        click.echo("graphtool: error: out of memory", err=True)
+        sys.exit(2)
+    except Exception as err:  # a bug in graphtool: still one line, traceback on request
+        if debug:
+            traceback.print_exc()
+        message = str(err).splitlines()[0] if str(err) else ""
+        click.echo(f"graphtool: internal error: {type(err).__name__}: {message} (rerun with --debug)", err=True)
+        sys.exit(2)

@@ -1,0 +1,207 @@
+"""``graphtool inspect``: what a model is, from metadata alone (no weight byte is read)."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Any
+
+import onnx
+
+from graphtool.ir.graph import Graph
+from graphtool.ir.model import Model
+from graphtool.ir.tensor import dtype_name
+from graphtool.ort_kernels import has_cpu_kernel, is_function_op
+
+
+def _shape_str(graph: Graph, name: str) -> dict[str, Any]:
+    dtype = graph.dtype(name)
+    shape = graph.shape(name)
+    return {
+        "name": name,
+        "dtype": dtype_name(dtype) if dtype else "?",
+        "shape": None if shape is None else ["?" if d is None else d for d in shape],
+    }
+
+
+def op_histogram(model: Model) -> dict[str, dict[str, int]]:
+    """{domain: {op_type: count}} over the main graph and all its subgraphs."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for graph in model.graph.walk():
+        for op_type, ids in graph._by_type.items():
+            for i in ids:
+                domain = graph.nx.nodes[i]["domain"]
+                counts[("" if domain == "ai.onnx" else domain, op_type)] += 1
+    table: dict[str, dict[str, int]] = {}
+    for (domain, op_type), n in sorted(counts.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1])):
+        table.setdefault(domain or "ai.onnx", {})[op_type] = n
+    return table
+
+
+# ops onnxruntime turns into something else while loading, so they need no kernel
+RESOLVED_AT_LOAD = {("", "Constant")}
+
+
+def missing_kernels(model: Model, histogram: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
+    """Ops that onnxruntime's CPU provider has no kernel for at the model's imported opset."""
+    local = {(fn.domain, fn.name) for fn in model.functions}
+    missing = []
+    for domain, ops in histogram.items():
+        key_domain = "" if domain == "ai.onnx" else domain
+        opset = model.opset(key_domain)
+        for op_type in ops:
+            if (key_domain, op_type) in local or (key_domain, op_type) in RESOLVED_AT_LOAD:
+                continue
+            if opset is None:
+                missing.append({"domain": domain, "op_type": op_type, "opset": None, "reason": "domain not imported"})
+            elif not has_cpu_kernel(op_type, key_domain, opset):
+                reason = (
+                    "no CPU kernel; ORT expands its ONNX function"
+                    if is_function_op(op_type, key_domain, opset)
+                    else "no CPU kernel"
+                )
+                missing.append({"domain": domain, "op_type": op_type, "opset": opset, "reason": reason})
+    return missing
+
+
+def checker_result(path: str | None, model_proto: onnx.ModelProto | None = None) -> str:
+    try:
+        if path is not None:
+            onnx.checker.check_model(path)
+        elif model_proto is not None:
+            onnx.checker.check_model(model_proto)
+        return "ok"
+    except Exception as err:  # the checker raises several types; its message is the finding
+        first = str(err).strip().splitlines()
+        return first[0][:300] if first else type(err).__name__
+
+
+def inspect_model(model: Model, path: str | None = None) -> dict[str, Any]:
+    """The report as a JSON-ready dict; parameter sizes come from tensor metadata only."""
+    shell = model.proto_shell
+    main = model.graph
+    params = bytes_total = external_bytes = 0
+    initializers = 0
+    largest = ("", 0)
+    for _, graph in model.graphs():
+        for tensor in graph.initializers.values():
+            initializers += 1
+            params += tensor.size
+            bytes_total += tensor.nbytes
+            if tensor.external is not None:
+                external_bytes += tensor.nbytes
+            if tensor.nbytes > largest[1]:
+                largest = (tensor.name, tensor.nbytes)
+    subgraphs = []
+    for graph in main.walk():
+        if graph is main:
+            continue
+        owner = graph.parent.node(graph.owner) if graph.parent is not None and graph.owner is not None else None
+        subgraphs.append(
+            {
+                "owner": owner.name if owner else "",
+                "owner_op": owner.op_type if owner else "",
+                "name": graph.name,
+                "nodes": len(graph),
+                "captures": sorted(graph.free_values()),
+            }
+        )
+    histogram = op_histogram(model)
+    main_nodes = len(main)
+    total = model.node_count()
+    return {
+        "path": path,
+        "file_bytes": os.path.getsize(path) if path else None,
+        "producer": {"name": shell.producer_name, "version": shell.producer_version},
+        "ir_version": model.ir_version,
+        "opset_imports": {d or "ai.onnx": v for d, v in model.opset_imports.items()},
+        "graph_name": main.name,
+        "doc_string": shell.doc_string[:200],
+        "metadata": {p.key: p.value for p in shell.metadata_props},
+        "inputs": [_shape_str(main, n) for n in main.inputs if n not in main.initializers],
+        "outputs": [_shape_str(main, n) for n in main.outputs],
+        "nodes": {"total": total, "main_graph": main_nodes, "in_subgraphs": total - main_nodes},
+        "op_histogram": histogram,
+        "parameters": {
+            "initializers": initializers,
+            "elements": params,
+            "bytes": bytes_total,
+            "external_bytes": external_bytes,
+            "largest": {"name": largest[0], "bytes": largest[1]},
+        },
+        "subgraphs": subgraphs,
+        "functions": [
+            {
+                "domain": fn.domain,
+                "name": fn.name,
+                "nodes": sum(len(g) for g in fn.body.walk()),
+                "inputs": list(fn.body.inputs),
+                "outputs": list(fn.body.outputs),
+            }
+            for fn in model.functions
+        ],
+        "checker": checker_result(path),
+        "ort_missing_kernels": missing_kernels(model, histogram),
+    }
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def format_table(rows: list[list[Any]], headers: list[str]) -> str:
+    cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cells[0], widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells[1:]]
+    return "\n".join(lines)
+
+
+def format_inspect(report: dict[str, Any]) -> str:
+    out: list[str] = []
+    producer = " ".join(v for v in report["producer"].values() if v) or "(unknown)"
+    opsets = ", ".join(f"{d} {v}" for d, v in report["opset_imports"].items())
+    p = report["parameters"]
+    n = report["nodes"]
+    summary = [
+        ["model", report["path"] or "(in memory)"],
+        ["producer", producer],
+        ["IR version", report["ir_version"]],
+        ["opsets", opsets],
+        ["nodes", f"{n['total']} ({n['main_graph']} main, {n['in_subgraphs']} in subgraphs)"],
+        ["parameters", f"{p['elements']:,} in {p['initializers']} initializers, {human_bytes(p['bytes'])}"
+         + (f" ({human_bytes(p['external_bytes'])} external)" if p["external_bytes"] else "")],
+        ["checker", report["checker"]],
+    ]
+    if report["metadata"]:
+        summary.append(["metadata", ", ".join(f"{k}={v}" for k, v in report["metadata"].items())])
+    out.append(format_table(summary, ["", ""]).split("\n", 2)[2])
+    io_rows = [["input", t["name"], t["dtype"], _fmt_shape(t["shape"])] for t in report["inputs"]]
+    io_rows += [["output", t["name"], t["dtype"], _fmt_shape(t["shape"])] for t in report["outputs"]]
+    out += ["", format_table(io_rows, ["", "name", "dtype", "shape"])]
+    hist_rows = [[d, op, c] for d, ops in report["op_histogram"].items() for op, c in ops.items()]
+    out += ["", format_table(hist_rows, ["domain", "op", "count"])]
+    if report["subgraphs"]:
+        rows = [[s["owner_op"], s["owner"], s["name"], s["nodes"], len(s["captures"])] for s in report["subgraphs"]]
+        out += ["", format_table(rows, ["subgraph of", "node", "graph", "nodes", "outer refs"])]
+    if report["functions"]:
+        rows = [[f["domain"], f["name"], f["nodes"], ", ".join(f["inputs"])] for f in report["functions"]]
+        out += ["", format_table(rows, ["function domain", "name", "nodes", "inputs"])]
+    missing = report["ort_missing_kernels"]
+    if missing:
+        rows = [[m["domain"], m["op_type"], m["opset"], m["reason"]] for m in missing]
+        out += ["", "ops onnxruntime (CPU) cannot run as-is:", format_table(rows, ["domain", "op", "opset", "why"])]
+    else:
+        out += ["", "onnxruntime CPU kernels: every op covered"]
+    if "check" in report:
+        out += [f"check: {report['check']}"]
+    return "\n".join(out)
+
+
+def _fmt_shape(shape: list[Any] | None) -> str:
+    return "?" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"

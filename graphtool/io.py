@@ -1,0 +1,175 @@
+"""The one way in (``load``) and the one way out (``save``).
+
+``load`` refuses what it cannot represent safely before reading a single weight byte: paths that
+leave the model's folder, byte ranges past the end of a file. ``save`` never leaves a
+half-written file: it writes temp files in the target folder and renames them into place, and it
+streams external weights one tensor at a time, so a 10 GB model saves in constant memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from typing import BinaryIO, Iterator
+
+from google.protobuf.message import DecodeError
+from onnx import ModelProto, TensorProto
+
+from graphtool.errors import BadModel, GraphtoolError
+from graphtool.ir.from_onnx import from_onnx, shell_of
+from graphtool.ir.model import Model
+from graphtool.ir.tensor import Tensor
+from graphtool.ir.to_onnx import to_onnx
+
+PROTOBUF_LIMIT = 2**31 - 1
+INLINE_LIMIT = 1_800_000_000  # above this many weight bytes, a save goes to external data
+EXTERNAL_MIN_BYTES = 1024  # smaller tensors stay inline, as onnx's own converter does
+PAGE = 4096  # big external tensors start on a page boundary so runtimes can mmap them
+
+
+def parse_model(data: bytes, what: str = "file") -> ModelProto:
+    if not data:
+        raise BadModel(f"{what} is empty")
+    if len(data) > PROTOBUF_LIMIT:
+        raise BadModel(f"{what} is larger than 2 GB: ONNX models that big must keep weights as external data")
+    proto = ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as err:
+        reason = str(err).splitlines()[0] if str(err) else "protobuf parse failed"
+        raise BadModel(f"{what} is not an ONNX model (truncated or another format): {reason}") from None
+    if not proto.HasField("graph"):
+        raise BadModel(f"{what} is not an ONNX model: it holds no graph")
+    if proto.ir_version <= 0:
+        raise BadModel(f"{what} is not an ONNX model: IR version {proto.ir_version} is not valid")
+    if proto.ir_version >= 3 and not proto.opset_import:
+        raise BadModel(f"{what}: the model imports no opset (IR version {proto.ir_version} requires one)")
+    return proto
+
+
+def load(path: str | os.PathLike[str]) -> Model:
+    """Read a model into the IR. External data stays on disk until a tensor is asked for."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise BadModel(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise BadModel(f"{path}: is a folder, not a model file")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as err:
+        raise BadModel(f"{path}: cannot read: {err.strerror}") from None
+    proto = parse_model(data, path)
+    del data
+    return from_onnx(proto, os.path.dirname(os.path.abspath(path)))
+
+
+def load_proto(model: ModelProto, base_dir: str | None = None) -> Model:
+    """The IR of an in-memory ModelProto (tests, and models that onnx tooling returns)."""
+    return from_onnx(model, base_dir)
+
+
+def _all_tensors(model: Model) -> Iterator[Tensor]:
+    for _, graph in model.graphs():
+        yield from graph.initializers.values()
+
+
+def wants_external(model: Model) -> bool:
+    """Keep weights external when they were, or when they would not fit in one protobuf."""
+    total = 0
+    for tensor in _all_tensors(model):
+        if tensor.external is not None:
+            return True
+        total += tensor.nbytes
+    return total > INLINE_LIMIT
+
+
+class _ExternalWriter:
+    """Writes tensors into one data file beside the model, returning the proto that points there."""
+
+    def __init__(self, handle: BinaryIO, location: str):
+        self.handle = handle
+        self.location = location
+        self.offset = 0
+
+    def __call__(self, tensor: Tensor) -> TensorProto:
+        if tensor.nbytes < EXTERNAL_MIN_BYTES or tensor.data_type == TensorProto.STRING:
+            if tensor.external is None:
+                return tensor.proto
+            inline = shell_of(tensor.proto, ("external_data", "data_location"))
+            inline.raw_data = tensor.raw_bytes()
+            return inline
+        align = PAGE if tensor.nbytes >= (1 << 20) else 64
+        pad = (-self.offset) % align
+        if pad:
+            self.handle.write(b"\0" * pad)
+            self.offset += pad
+        start = self.offset
+        for chunk in tensor.iter_chunks():
+            self.handle.write(chunk)
+            self.offset += len(chunk)
+        tensor.release()
+        proto = shell_of(
+            tensor.proto,
+            ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "external_data", "data_location"),
+        )
+        proto.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", self.location), ("offset", str(start)), ("length", str(self.offset - start))):
+            entry = proto.external_data.add()
+            entry.key, entry.value = key, value
+        return proto
+
+
+@contextlib.contextmanager
+def atomic_file(path: str) -> Iterator[BinaryIO]:
+    """A temp file in ``path``'s folder that becomes ``path`` only if the block succeeds."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def save(model: Model, path: str | os.PathLike[str], external: bool | None = None) -> None:
+    """Write ``model`` to ``path`` atomically; weights go to ``<name>.data`` when ``external`` is
+    true, or (by default) when the source kept them external or they exceed 1.8 GB."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise GraphtoolError(f"{path}: folder does not exist")
+    if external is None:
+        external = wants_external(model)
+    if not external:
+        data = to_onnx(model).SerializeToString()
+        if len(data) > PROTOBUF_LIMIT:
+            raise GraphtoolError("model exceeds 2 GB; save it with external data")
+        with atomic_file(path) as handle:
+            handle.write(data)
+        return
+    location = os.path.basename(path) + ".data"
+    with atomic_file(os.path.join(folder, location)) as data_handle:
+        proto = to_onnx(model, _ExternalWriter(data_handle, location))
+        data = proto.SerializeToString()
+        with atomic_file(path) as handle:
+            handle.write(data)
+
+
+def to_bytes(model: Model) -> bytes:
+    """The serialized model with weights inline (for onnxruntime sessions and tests)."""
+    return to_onnx(model, _inline).SerializeToString()
+
+
+def _inline(tensor: Tensor) -> TensorProto:
+    if tensor.external is None:
+        return tensor.proto
+    proto = shell_of(tensor.proto, ("external_data", "data_location"))
+    proto.raw_data = tensor.raw_bytes()
+    return proto

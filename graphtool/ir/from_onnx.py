@@ -1,0 +1,145 @@
+"""ModelProto → IR. The only place (with ``to_onnx``) that knows the protobuf layout.
+
+Each op keeps its original NodeProto as a template and each graph a "shell" of the fields the IR
+does not model, so ``to_onnx`` can write back an untouched model byte for byte.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from google.protobuf.message import Message
+from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto
+
+from graphtool.errors import BadModel
+from graphtool.ir.graph import CAPTURE, Graph
+from graphtool.ir.model import Function, Model
+from graphtool.ir.tensor import Tensor, is_external, resolve_external
+
+
+def shell_of(proto: Message, skip: Iterable[str]) -> Message:
+    """A copy of ``proto`` without the (large) fields the IR holds itself."""
+    skipped = set(skip)
+    shell = type(proto)()
+    for fd, value in proto.ListFields():
+        if fd.name in skipped:
+            continue
+        if _is_repeated(fd):
+            getattr(shell, fd.name).extend(value)
+        elif fd.type == fd.TYPE_MESSAGE:
+            getattr(shell, fd.name).CopyFrom(value)
+        else:
+            setattr(shell, fd.name, value)
+    return shell
+
+
+def _is_repeated(fd: Any) -> bool:
+    # protobuf ≥ 6 has FieldDescriptor.is_repeated and no longer .label
+    flag = getattr(fd, "is_repeated", None)
+    return bool(flag) if flag is not None else fd.label == fd.LABEL_REPEATED
+
+
+class _Loader:
+    def __init__(self, base_dir: str | None):
+        self.base_dir = base_dir
+
+    def tensor(self, proto: TensorProto) -> Tensor:
+        if is_external(proto):
+            if self.base_dir is None:
+                raise BadModel(f"tensor '{proto.name}' uses external data but the model has no folder")
+            return Tensor(proto, resolve_external(proto, self.base_dir))
+        return Tensor(proto)
+
+    def graph(self, proto: GraphProto, parent: Graph | None, ir_version: int) -> Graph:
+        graph = Graph(proto.name, parent)
+        graph.proto_shell = shell_of(proto, ("node", "initializer", "input", "output", "value_info"))
+        graph.overridable_initializers = ir_version >= 4
+        g = graph.nx
+        for tensor in proto.initializer:
+            if tensor.name in graph.initializers:
+                raise BadModel(f"initializer '{tensor.name}' is defined twice")
+            graph.initializers[tensor.name] = self.tensor(tensor)
+            g.add_node(tensor.name)
+        for sparse in proto.sparse_initializer:
+            graph.sparse_initializers.add(sparse.values.name)
+            g.add_node(sparse.values.name)
+        for info in proto.input:
+            graph.inputs[info.name] = info
+            g.add_node(info.name)
+        for info in proto.output:
+            if info.name in graph.outputs:
+                raise BadModel(f"graph '{proto.name}' lists output '{info.name}' twice")
+            graph.outputs[info.name] = info
+            g.add_node(info.name)
+        for info in proto.value_info:
+            graph.value_info[info.name] = info
+        self.nodes(graph, proto.node, ir_version)
+        self.check_defined(graph, f"graph '{proto.name}'")
+        return graph
+
+    def nodes(self, graph: Graph, nodes: Iterable[NodeProto], ir_version: int) -> None:
+        for index, node in enumerate(nodes):
+            attrs: dict[str, Any] = {}
+            for attr in node.attribute:
+                if attr.type == AttributeProto.GRAPH:
+                    attrs[attr.name] = self.graph(attr.g, graph, ir_version)
+                elif attr.type == AttributeProto.GRAPHS:
+                    attrs[attr.name] = [self.graph(sub, graph, ir_version) for sub in attr.graphs]
+                else:
+                    if attr.type == AttributeProto.TENSOR and is_external(attr.t):
+                        self.tensor(attr.t)  # path guard only; Constant keeps its proto
+                    attrs[attr.name] = attr
+            node_id = graph._new_op(node.op_type, node.domain, node.name, attrs, node, (index, 0))
+            try:
+                graph._connect(node_id, list(node.input), list(node.output))
+            except ValueError as err:
+                raise BadModel(f"node '{node.name or node.op_type}': {err}") from None
+
+    def check_defined(self, graph: Graph, where: str) -> None:
+        """Every value must come from somewhere: a producer, an input, an initializer, or — in a
+        subgraph — an enclosing scope (checked when the parent is checked)."""
+        if graph.parent is not None:
+            return
+        for value in graph.values():
+            if graph.is_free(value):
+                user = next(iter(graph.nx.successors(value)), None)
+                via = ""
+                if user is not None:
+                    data = graph.nx.nodes[user]
+                    kind = " (inside its subgraph)" if graph.nx.has_edge(value, user, key=CAPTURE) else ""
+                    via = f" used by node '{data['name'] or data['op_type']}'{kind}"
+                if graph.is_output(value) and user is None:
+                    raise BadModel(f"{where}: output '{value}' is not produced by any node")
+                raise BadModel(f"{where}: value '{value}'{via} is never defined")
+        try:
+            graph.topological_order()
+        except ValueError as err:
+            raise BadModel(f"{where}: {err}") from None
+
+    def function(self, proto: FunctionProto, ir_version: int) -> Function:
+        body = Graph(proto.name)
+        body.proto_shell = shell_of(proto, ("node", "input", "output", "value_info"))
+        for name in proto.input:
+            body.inputs[name] = None
+            body.nx.add_node(name)
+        for name in proto.output:
+            body.outputs[name] = None
+            body.nx.add_node(name)
+        for info in proto.value_info:
+            body.value_info[info.name] = info
+        self.nodes(body, proto.node, ir_version)
+        self.check_defined(body, f"function '{proto.domain}:{proto.name}'")
+        return Function(body, shell_of(proto, ("node", "input", "output", "value_info")))
+
+
+def from_onnx(proto: ModelProto, base_dir: str | None = None) -> Model:
+    """Build the IR. Raises BadModel/UnsafePath for models that cannot be represented safely."""
+    if not proto.HasField("graph"):
+        raise BadModel("the file holds no graph (not an ONNX model?)")
+    if proto.ir_version <= 0:
+        raise BadModel(f"IR version {proto.ir_version} is not valid")
+    loader = _Loader(base_dir)
+    graph = loader.graph(proto.graph, None, proto.ir_version)
+    functions = [loader.function(fn, proto.ir_version) for fn in proto.functions]
+    shell = shell_of(proto, ("graph", "functions"))
+    return Model(graph=graph, proto_shell=shell, functions=functions, base_dir=base_dir)

@@ -1,0 +1,180 @@
+"""Lazy initializers: a tensor's metadata is free, its bytes are read only when asked for.
+
+A ``Tensor`` wraps the ``TensorProto`` exactly as it was in the file. When the proto points at
+external data, the bytes stay on disk until ``numpy()`` or ``raw_bytes()`` is called, and then
+only that tensor's byte range is mapped. That is what lets ``inspect`` read a 10 GB model without
+touching a weight, and ``save`` stream weights one at a time.
+
+Paths are validated when the model is loaded (``graphtool.io``); a ``Tensor`` trusts the
+absolute ``data_path`` it is given.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+@dataclass(frozen=True)
+class ExternalRef:
+    """Where a tensor's bytes live on disk (already resolved and checked by ``io``)."""
+
+    path: str
+    offset: int
+    length: int
+
+
+def external_fields(proto: TensorProto) -> dict[str, str]:
+    """The ``external_data`` key/value entries of a tensor proto as a dict."""
+    return {e.key: e.value for e in proto.external_data}
+
+
+def is_external(proto: TensorProto) -> bool:
+    return proto.data_location == TensorProto.EXTERNAL
+
+
+def element_size(data_type: int) -> float:
+    """Bytes per element; 0.5 for 4-bit types, 0 for strings (size unknown from metadata)."""
+    if data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
+        return 0
+    if data_type in (TensorProto.INT4, TensorProto.UINT4, getattr(TensorProto, "FLOAT4E2M1", -1)):
+        return 0.5
+    return np.dtype(helper.tensor_dtype_to_np_dtype(data_type)).itemsize
+
+
+class Tensor:
+    """One initializer. ``proto`` is the original TensorProto; ``external`` its bytes on disk."""
+
+    __slots__ = ("proto", "external", "_array")
+
+    def __init__(self, proto: TensorProto, external: ExternalRef | None = None):
+        self.proto = proto
+        self.external = external
+        self._array: np.ndarray | None = None
+
+    @classmethod
+    def from_numpy(cls, array: np.ndarray, name: str) -> "Tensor":
+        tensor = cls(numpy_helper.from_array(np.asarray(array), name))
+        tensor._array = np.asarray(array)
+        return tensor
+
+    @property
+    def name(self) -> str:
+        return self.proto.name
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return tuple(self.proto.dims)
+
+    @property
+    def data_type(self) -> int:
+        return self.proto.data_type
+
+    @property
+    def size(self) -> int:
+        """Number of elements, from the dims alone."""
+        return int(np.prod(self.proto.dims, dtype=np.int64)) if self.proto.dims else 1
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of data, from metadata only (external length, raw_data length or dims × dtype)."""
+        if self.external is not None:
+            return self.external.length
+        if self.proto.HasField("raw_data"):
+            return len(self.proto.raw_data)
+        return int(self.size * element_size(self.proto.data_type))
+
+    def numpy(self) -> np.ndarray:
+        """The values; reads (and caches) only this tensor's bytes."""
+        if self._array is None:
+            if self.external is None:
+                self._array = numpy_helper.to_array(self.proto)
+            else:
+                inline = TensorProto()
+                inline.CopyFrom(self.proto)
+                del inline.external_data[:]
+                inline.data_location = TensorProto.DEFAULT
+                inline.raw_data = self.raw_bytes()
+                self._array = numpy_helper.to_array(inline)
+        return self._array
+
+    def raw_bytes(self) -> bytes:
+        """The little-endian bytes as stored in ``raw_data`` or in the external file."""
+        if self.external is None:
+            if self.proto.HasField("raw_data"):
+                return self.proto.raw_data
+            return numpy_helper.from_array(self.numpy()).raw_data
+        return b"".join(self.iter_chunks())
+
+    def iter_chunks(self, chunk: int = 64 << 20) -> Iterator[bytes]:
+        """The bytes in chunks, so a 1 GB weight can be copied without holding it whole."""
+        if self.external is None:
+            yield self.raw_bytes()
+            return
+        ref = self.external
+        if ref.length == 0:
+            return
+        with open(ref.path, "rb") as f:
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                for start in range(ref.offset, ref.offset + ref.length, chunk):
+                    yield mm[start : min(start + chunk, ref.offset + ref.length)]
+
+    def release(self) -> None:
+        """Drop the cached array (used while streaming a save)."""
+        if self.external is not None:
+            self._array = None
+
+
+def resolve_external(proto: TensorProto, base_dir: str) -> ExternalRef:
+    """The checked location of an external tensor's bytes. Raises UnsafePath / BadModel.
+
+    The guard runs before any byte is read: absolute locations, '..' and symlinks that leave
+    the model's folder are refused, and the byte range must lie inside the file.
+    """
+    from graphtool.errors import BadModel, UnsafePath
+
+    fields = external_fields(proto)
+    location = fields.get("location", "")
+    if not location:
+        raise BadModel(f"tensor '{proto.name}' has external data without a location")
+    if os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in location[:3]:
+        raise UnsafePath(f"tensor '{proto.name}': external data path '{location}' is absolute")
+    parts = location.replace("\\", "/").split("/")
+    if ".." in parts:
+        raise UnsafePath(f"tensor '{proto.name}': external data path '{location}' leaves the model's folder")
+    root = os.path.realpath(base_dir)
+    path = os.path.realpath(os.path.join(root, location))
+    if os.path.commonpath([root, path]) != root:
+        raise UnsafePath(f"tensor '{proto.name}': external data path '{location}' leaves the model's folder")
+    if not os.path.isfile(path):
+        raise BadModel(f"tensor '{proto.name}': external data file '{location}' does not exist")
+    try:
+        offset = int(fields.get("offset", 0) or 0)
+        size = os.path.getsize(path)
+        length = int(fields["length"]) if fields.get("length") else size - offset
+    except ValueError:
+        raise BadModel(f"tensor '{proto.name}': external data offset/length is not a number") from None
+    if offset < 0 or length < 0 or offset + length > size:
+        raise BadModel(
+            f"tensor '{proto.name}': external data range {offset}+{length} is past the end of "
+            f"'{location}' ({size} bytes)"
+        )
+    expected = Tensor(proto).size * element_size(proto.data_type)
+    if expected and length != expected:
+        raise BadModel(
+            f"tensor '{proto.name}': external data holds {length} bytes, dims {list(proto.dims)} need {int(expected)}"
+        )
+    return ExternalRef(path, offset, length)
+
+
+def dtype_name(data_type: int) -> str:
+    try:
+        return onnx.TensorProto.DataType.Name(data_type).lower()
+    except ValueError:
+        return f"dtype{data_type}"
