@@ -1,0 +1,106 @@
+"""onnxruntime sessions for IR models, and the seeded inputs verification feeds them.
+
+Everything that executes a model (verification, constant evaluation, compare, tests) goes
+through here, so the choices live in one place: which optimization level a session uses, how
+many threads, how random inputs are drawn for each dtype.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from graphtool.errors import BadModel
+from graphtool.ir.model import Model
+
+LEVELS = {
+    "off": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+LEVEL_BY_NUMBER = {0: "off", 1: "basic", 2: "extended", 3: "all"}
+
+
+def session_options(level: str = "off", threads: int = 1, optimized_path: str | None = None) -> ort.SessionOptions:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = LEVELS[level]
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    if optimized_path:
+        opts.optimized_model_filepath = optimized_path
+    return opts
+
+
+def make_session(model: Model | str | bytes, level: str = "off", threads: int = 1,
+                 optimized_path: str | None = None) -> ort.InferenceSession:
+    """A CPU session for an IR model, a path, or serialized bytes. Load errors become BadModel."""
+    from graphtool import io
+
+    opts = session_options(level, threads, optimized_path)
+    try:
+        if isinstance(model, Model):
+            if io.wants_external(model):
+                with tempfile.TemporaryDirectory() as tmp:
+                    path = os.path.join(tmp, "model.onnx")
+                    io.save(model, path, external=True)
+                    return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+            model = io.to_bytes(model)
+        return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    except (ort.capi.onnxruntime_pybind11_state.Fail, ort.capi.onnxruntime_pybind11_state.InvalidGraph,
+            ort.capi.onnxruntime_pybind11_state.InvalidArgument, ort.capi.onnxruntime_pybind11_state.NotImplemented,
+            ort.capi.onnxruntime_pybind11_state.RuntimeException) as err:
+        raise BadModel(f"onnxruntime cannot load the model: {_first_line(err)}") from None
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:300] if text else type(err).__name__
+
+
+_ORT_TYPES = {
+    "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
+    "tensor(int8)": np.int8, "tensor(int16)": np.int16, "tensor(int32)": np.int32, "tensor(int64)": np.int64,
+    "tensor(uint8)": np.uint8, "tensor(uint16)": np.uint16, "tensor(uint32)": np.uint32,
+    "tensor(uint64)": np.uint64, "tensor(bool)": np.bool_, "tensor(string)": np.str_,
+}
+
+
+def random_inputs(sess: ort.InferenceSession, seed: int = 0, shapes: dict[str, list[int]] | None = None,
+                  dim_default: int = 2) -> dict[str, np.ndarray]:
+    """Seeded inputs of the declared dtypes. Symbolic dims take ``dim_default`` (or ``shapes``).
+
+    Integers are drawn from [0, 4) so they stay valid as indices, ids and masks in most models;
+    floats from a standard normal.
+    """
+    rng = np.random.default_rng(seed)
+    shapes = shapes or {}
+    feeds: dict[str, np.ndarray] = {}
+    for arg in sess.get_inputs():
+        dtype = _ORT_TYPES.get(arg.type)
+        if dtype is None:
+            raise BadModel(f"input '{arg.name}' has type {arg.type}, which random inputs cannot fill")
+        shape = shapes.get(arg.name) or [d if isinstance(d, int) and d >= 0 else dim_default for d in arg.shape]
+        if dtype is np.str_:
+            feeds[arg.name] = rng.integers(0, 4, size=shape).astype(str).astype(object)
+        elif dtype is np.bool_:
+            feeds[arg.name] = rng.integers(0, 2, size=shape).astype(np.bool_)
+        elif np.issubdtype(dtype, np.integer):
+            feeds[arg.name] = rng.integers(0, 4, size=shape).astype(dtype)
+        else:
+            feeds[arg.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def run(sess: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> list[Any]:
+    return sess.run(None, feeds)
+
+
+def ort_dtype_to_onnx(type_str: str) -> int:
+    return helper.np_dtype_to_tensor_dtype(np.dtype(_ORT_TYPES.get(type_str, np.float32))) if type_str in _ORT_TYPES else TensorProto.UNDEFINED
