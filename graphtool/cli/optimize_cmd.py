@@ -1,0 +1,144 @@
+"""graphtool optimize IN -o OUT"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from graphtool import io
+from graphtool.bisect import find_culprit
+from graphtool.cli import cli
+from graphtool.cli.output import emit
+from graphtool.errors import UsageError
+from graphtool.inspect import format_table, human_bytes
+from graphtool.ir.model import Model
+from graphtool.optimize import optimize
+from graphtool.pass_manager import PassContext, PassReport
+from graphtool.verify import ATOL, RTOL, verify
+
+
+def parse_input_shapes(specs: tuple[str, ...]) -> dict[str, list[int]]:
+    """``name=1x3x224x224`` (repeatable) → {name: [1, 3, 224, 224]}."""
+    shapes: dict[str, list[int]] = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = [int(d) for d in dims.lower().split("x")] if dims else []
+        except ValueError:
+            raise UsageError(f"--input-shape '{spec}' is not NAME=D1xD2x...") from None
+    return shapes
+
+
+def _split(names: str | None) -> list[str]:
+    return [n.strip() for n in names.split(",") if n.strip()] if names else []
+
+
+def name_map(original: Model, optimized: Model, ctx: PassContext) -> dict[str, str | None]:
+    """Original node name → the node it is now part of (itself, a fused node), or None (gone)."""
+    kept = {n.name for n in optimized.all_nodes() if n.name}
+    absorbed_by = {old: new for new, olds in ctx.provenance.items() for old in olds}
+    mapping: dict[str, str | None] = {}
+    for node in original.all_nodes():
+        if not node.name:
+            continue
+        if node.name in kept:
+            mapping[node.name] = node.name
+        else:
+            target = absorbed_by.get(node.name)
+            mapping[node.name] = target if target in kept else None
+    return mapping
+
+
+def format_report(report: PassReport, sizes: tuple[int, int] | None, verification: str | None) -> str:
+    rows = [
+        [r.name, r.runs, r.changed_runs, r.nodes_removed, f"{r.seconds * 1000:.1f} ms",
+         ", ".join(f"{k}={v}" for k, v in r.stats.items() if v)]
+        for r in report.passes.values()
+    ]
+    lines = [format_table(rows, ["pass", "runs", "changed", "nodes removed", "time", "stats"]), ""]
+    lines.append(f"nodes: {report.nodes_before} -> {report.nodes_after} "
+                 f"({report.nodes_before - report.nodes_after} removed) in {report.iterations} iterations, "
+                 f"{report.seconds:.2f} s")
+    if sizes:
+        lines.append(f"size: {human_bytes(sizes[0])} -> {human_bytes(sizes[1])}")
+    if verification:
+        lines.append(f"verification: {verification}")
+    return "\n".join(lines)
+
+
+def _file_size(path: str) -> int:
+    total = os.path.getsize(path)
+    data = path + ".data"
+    return total + (os.path.getsize(data) if os.path.exists(data) else 0)
+
+
+@cli.command("optimize")
+@click.argument("model_path", metavar="IN", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the result.")
+@click.option("--level", type=click.IntRange(1, 3), default=1, show_default=True,
+              help="1 cleanups+folds (ORT basic), 2 fusions (ORT extended), 3 layout (compare only).")
+@click.option("--target", type=click.Choice(["onnx", "ort"]), default="onnx", show_default=True,
+              help="onnx: standard ops only; ort: also com.microsoft contrib ops.")
+@click.option("--passes", "only", help="Run only these passes (comma-separated).")
+@click.option("--skip", help="Skip these passes (comma-separated).")
+@click.option("--no-verify", is_flag=True, help="Do not run both models in onnxruntime to compare outputs.")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=1x3x224x224",
+              help="Fix an input's shape (for folding and for verification inputs). Repeatable.")
+@click.option("--max-fold-bytes", type=int, default=16 << 20, show_default=True,
+              help="Skip a constant fold whose output outgrows its inputs by more than this.")
+@click.option("--rtol", type=float, default=RTOL, show_default=True)
+@click.option("--atol", type=float, default=ATOL, show_default=True)
+@click.option("--compare-ort", is_flag=True, help="Also compare with onnxruntime's own optimizer at this level.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (includes the old→new node-name map).")
+def optimize_command(model_path: str, output: str, level: int, target: str, only: str | None, skip: str | None,
+                     no_verify: bool, input_shapes: tuple[str, ...], max_fold_bytes: int, rtol: float, atol: float,
+                     compare_ort: bool, as_json: bool) -> None:
+    """Optimize IN and write OUT; by default prove the result gives the same outputs."""
+    shapes = parse_input_shapes(input_shapes)
+    original = io.load(model_path)
+    unknown = [n for n in shapes if n not in original.graph.inputs]
+    if unknown:
+        raise UsageError(f"--input-shape names '{unknown[0]}', which is not an input of the model")
+    from graphtool.progress import progress_steps
+
+    with progress_steps("optimizing", enabled=not as_json) as step:
+        optimized, report, ctx = optimize(original, level=level, target=target, passes=_split(only) or None,
+                                          skip=_split(skip), max_fold_bytes=max_fold_bytes, input_shapes=shapes,
+                                          on_step=step)
+    result: dict[str, Any] = {"input": model_path, "output": output, "level": level, "target": target,
+                              "report": report.as_dict()}
+    summary = None
+    if not no_verify:
+        verification = verify(original, optimized, input_shapes=shapes, rtol=rtol, atol=atol)
+        result["verification"] = verification.as_dict()
+        summary = verification.summary()
+        if not verification.ok:
+            culprit = find_culprit(original, report, ctx, input_shapes=shapes, rtol=rtol, atol=atol)
+            result["culprit"] = culprit.as_dict() if culprit else None
+            blame = f"; first bad rewrite: {culprit.describe()}" if culprit else ""
+            if as_json:
+                emit(result, True)
+            click.echo(f"graphtool: verification failed: {summary}{blame}; no output written", err=True)
+            sys.exit(1)
+    io.save(optimized, output)
+    result["size_before"], result["size_after"] = _file_size(model_path), _file_size(output)
+    result["node_map"] = name_map(original, optimized, ctx)
+    comparison = None
+    if compare_ort:
+        from graphtool.ort_compare import compare_level, format_compare
+
+        comparison = compare_level(original, optimized, level, target)
+        result["compare_ort"] = comparison
+    if as_json:
+        emit(result, True)
+        return
+    click.echo(format_report(report, (result["size_before"], result["size_after"]), summary))
+    click.echo(f"wrote {output}")
+    if comparison is not None:
+        click.echo("")
+        click.echo(format_compare(comparison))
