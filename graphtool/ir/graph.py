@@ -470,13 +470,20 @@ class Graph:
             self.replace_all_uses(old, new)
 
     def rename_value(self, old: str, new: str) -> None:
-        """Give value ``old`` the name ``new`` everywhere in this graph (``new`` must be unused)."""
+        """Give value ``old`` the name ``new`` everywhere in this graph.
+
+        ``new`` must be unused, or a graph output whose producer was removed (the usual way an
+        elimination keeps an output's name: remove the node, then rename its input to the output).
+        """
         if old == new:
             return
-        if new in self.nx:
-            raise ValueError(f"cannot rename '{old}' to '{new}': the name is taken")
         g = self.nx
-        g.add_node(new)
+        if new in g:
+            # The one name that may be reused: a graph output whose producer was just removed.
+            if g.in_degree(new) or new in self.initializers or self.is_input(new):
+                raise ValueError(f"cannot rename '{old}' to '{new}': the name is taken")
+        else:
+            g.add_node(new)
         for op, _, slot in list(g.in_edges(old, keys=True)):
             g.add_edge(op, new, key=slot)
         for _, op, slot in list(g.out_edges(old, keys=True)):

@@ -1,0 +1,94 @@
+"""graphtool optimize: report, verification, bisection, plugins through entry points."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import onnx
+import pytest
+
+from tests.conftest import FIXTURES
+
+PLUGIN = textwrap.dedent('''
+    """A third-party pass package, as a user would ship it."""
+    from graphtool.pass_manager import Pass, PassResult
+
+    class SwapReluForSigmoid(Pass):
+        """Deliberately wrong: turns every Relu into a Sigmoid (for the bisection test)."""
+        level = 1
+        priority = 95
+
+        def run(self, graph, ctx):
+            changed = 0
+            for node in graph.nodes("Relu"):
+                new = graph.add_node("Sigmoid", node.inputs, 1, name=node.name + "_sig", near=node)
+                graph.replace_all_uses(node.outputs[0], new.outputs[0])
+                if graph.is_output(node.outputs[0]):
+                    out = node.outputs[0]
+                    graph.remove_nodes([node])
+                    graph.rename_value(new.outputs[0], out)
+                else:
+                    graph.remove_nodes([node])
+                changed += 1
+            return PassResult(changed > 0, {"swapped": changed})
+''')
+
+
+@pytest.fixture
+def plugin_path(tmp_path):
+    """An installed distribution (dist-info with entry_points.txt) that registers one pass."""
+    site = tmp_path / "site"
+    (site / "gt_demo_plugin").mkdir(parents=True)
+    (site / "gt_demo_plugin" / "__init__.py").write_text(PLUGIN)
+    info = site / "gt_demo_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gt-demo-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[graphtool.passes]\nswap = gt_demo_plugin:SwapReluForSigmoid\n")
+    return str(site)
+
+
+def _graphtool(*args, pythonpath=None):
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-m", "graphtool", *args], capture_output=True, text=True, env=env)
+
+
+def test_plugin_pass_is_listed(plugin_path):
+    proc = _graphtool("passes", "--json", pythonpath=plugin_path)
+    assert proc.returncode == 0, proc.stderr
+    names = {p["name"]: p for p in json.loads(proc.stdout)}
+    assert names["swap-relu-for-sigmoid"]["module"] == "gt_demo_plugin"
+
+
+def test_breaking_plugin_is_caught_and_named(plugin_path, tmp_path):
+    out = tmp_path / "out.onnx"
+    proc = _graphtool("optimize", f"{FIXTURES}/conv_bn.onnx", "-o", str(out), pythonpath=plugin_path)
+    assert proc.returncode == 1
+    assert "swap-relu-for-sigmoid" in proc.stderr and "relu" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not out.exists() and os.listdir(tmp_path) == ["site"]
+
+
+def test_optimize_json_report_and_outputs(run_cli, tmp_path):
+    out = tmp_path / "out.onnx"
+    r = run_cli("optimize", f"{FIXTURES}/dead_branch.onnx", "-o", str(out), "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["verification"]["ok"] is True
+    assert doc["report"]["nodes_before"] == 6
+    assert doc["report"]["nodes_after"] == len(onnx.load(str(out)).graph.node)
+    assert set(doc["node_map"]) == {"matmul", "identity1", "identity2", "relu", "dead_sigmoid", "dead_tanh"}
+    onnx.checker.check_model(str(out), full_check=True)
+
+
+def test_optimize_usage_errors(run_cli, tmp_path):
+    r = run_cli("optimize", f"{FIXTURES}/conv_bn.onnx", "-o", str(tmp_path / "o.onnx"), "--passes", "no-such-pass")
+    assert r.exit_code == 2 and "unknown pass" in r.stderr
+    r = run_cli("optimize", f"{FIXTURES}/conv_bn.onnx", "-o", str(tmp_path / "o.onnx"), "--input-shape", "nope=1x2")
+    assert r.exit_code == 2 and "not an input" in r.stderr
+    assert not (tmp_path / "o.onnx").exists()
