@@ -1,0 +1,112 @@
+"""Run one optimizer on one model in a fresh process and report nodes, seconds and peak RSS.
+
+Each measurement is a separate process so that peak RSS belongs to that tool alone and no tool
+benefits from another's warm caches. Seconds cover load → optimize → save (imports excluded).
+
+    python bench/peers.py TOOL MODEL OUT [LEVEL] [TARGET]   → one JSON line
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+TOOLS = ("graphtool", "ort-basic", "ort-extended", "onnxsim", "onnxslim", "onnxoptimizer")
+
+
+def _count(path: str) -> int:
+    import onnx
+
+    def walk(graph) -> int:
+        n = 0
+        for node in graph.node:
+            n += 1
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    n += walk(attr.g)
+                elif attr.type == onnx.AttributeProto.GRAPHS:
+                    n += sum(walk(g) for g in attr.graphs)
+        return n
+
+    return walk(onnx.load(path, load_external_data=False).graph)
+
+
+def _run(tool: str, src: str, out: str, level: int, target: str) -> None:
+    """Run inside the child process: import first, then time only the work."""
+    if tool == "graphtool":
+        from graphtool import io
+        from graphtool.optimize import optimize
+
+        start = time.perf_counter()
+        model, _, _ = optimize(io.load(src), level=level, target=target, in_place=True)
+        io.save(model, out)
+    elif tool.startswith("ort-"):
+        from graphtool.runtime import make_session
+
+        start = time.perf_counter()
+        make_session(src, tool.split("-", 1)[1], optimized_path=out)
+    elif tool == "onnxsim":
+        import onnx
+        from onnxsim import simplify
+
+        start = time.perf_counter()
+        model, ok = simplify(onnx.load(src))
+        onnx.save(model, out)
+    elif tool == "onnxslim":
+        import onnxslim
+
+        start = time.perf_counter()
+        onnxslim.slim(src, out)
+    elif tool == "onnxoptimizer":
+        import onnx
+        import onnxoptimizer
+
+        start = time.perf_counter()
+        onnx.save(onnxoptimizer.optimize(onnx.load(src)), out)
+    else:
+        raise SystemExit(f"unknown tool {tool}")
+    seconds = time.perf_counter() - start
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"tool": tool, "seconds": seconds, "rss_mb": rss_mb, "nodes": _count(out)}))
+
+
+def measure(tool: str, src: str, out: str, level: int = 1, target: str = "onnx", timeout: float = 1800) -> dict:
+    """Run ``tool`` on ``src`` in a child process; {"nodes", "seconds", "rss_mb"} or {"error"}."""
+    try:
+        proc = subprocess.run([sys.executable, __file__, tool, src, out, str(level), target],
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"tool": tool, "error": f"timeout {timeout:.0f}s"}
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["failed"])[-1]
+        return {"tool": tool, "error": tail[:120]}
+    return json.loads(lines[-1])
+
+
+def outputs_equal(src: str, out: str, inputs: str | None = None) -> float | None:
+    """Max abs difference between the outputs of src and out (ORT, optimizations off)."""
+    import numpy as np
+
+    from graphtool.runtime import make_session, random_inputs
+    from graphtool.verify import compare_arrays
+
+    try:
+        a, b = make_session(src), make_session(out)
+        feeds = dict(np.load(inputs)) if inputs else random_inputs(a, 0)
+        ra, rb = a.run(None, feeds), b.run(None, {k: v for k, v in feeds.items() if k in {i.name for i in b.get_inputs()}})
+        return max(compare_arrays("o", x, y).max_abs for x, y in zip(ra, rb))
+    except Exception:
+        return None
+
+
+if __name__ == "__main__":
+    tool, src, out = sys.argv[1:4]
+    level = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    target = sys.argv[5] if len(sys.argv) > 5 else "onnx"
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    _run(tool, src, out, level, target)
