@@ -6,7 +6,9 @@ does not model, so ``to_onnx`` can write back an untouched model byte for byte.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import contextlib
+import gc
+from typing import Any, Iterable, Iterator
 
 from google.protobuf.message import Message
 from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto
@@ -132,8 +134,30 @@ class _Loader:
         return Function(body, shell_of(proto, ("node", "input", "output", "value_info")))
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building or writing a whole model.
+
+    A 100k-node graph is millions of small dicts; the collector would rescan them again and
+    again while they are being created (load took 2x longer at 100k nodes). Nothing made here
+    is garbage, so pausing loses nothing; the previous state is restored on exit.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def from_onnx(proto: ModelProto, base_dir: str | None = None) -> Model:
     """Build the IR. Raises BadModel/UnsafePath for models that cannot be represented safely."""
+    with gc_paused():
+        return _from_onnx(proto, base_dir)
+
+
+def _from_onnx(proto: ModelProto, base_dir: str | None) -> Model:
     if not proto.HasField("graph"):
         raise BadModel("the file holds no graph (not an ONNX model?)")
     if proto.ir_version <= 0:

@@ -7,6 +7,7 @@ from typing import Callable
 
 from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto
 
+from graphtool.ir.from_onnx import gc_paused
 from graphtool.ir.graph import Graph, Node
 from graphtool.ir.model import Model
 from graphtool.ir.tensor import Tensor
@@ -103,6 +104,7 @@ def to_onnx(model: Model, write_tensor: TensorWriter = _as_is) -> ModelProto:
     (as it is, or redirected to an external-data file while saving)."""
     out = ModelProto()
     out.CopyFrom(model.proto_shell)
-    graph_to_proto(model.graph, write_tensor, into=out.graph)
-    out.functions.extend(function_to_proto(fn.body, fn.proto_shell) for fn in model.functions)
+    with gc_paused():
+        graph_to_proto(model.graph, write_tensor, into=out.graph)
+        out.functions.extend(function_to_proto(fn.body, fn.proto_shell) for fn in model.functions)
     return out
