@@ -1,0 +1,71 @@
+"""graphtool compare MODEL: graphtool's result beside onnxruntime's own L1/L2/L3 graphs."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from graphtool import io
+from graphtool.cli import cli
+from graphtool.cli.output import emit
+from graphtool.errors import UsageError
+from graphtool.ort_compare import compare, format_compare, to_html
+
+
+def parse_levels(text: str) -> list[int]:
+    try:
+        levels = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise UsageError(f"--levels takes numbers from 1 to 3 separated by commas, not '{text}'") from None
+    if not levels or any(lv not in (1, 2, 3) for lv in levels):
+        raise UsageError(f"--levels takes numbers from 1 to 3 separated by commas, not '{text}'")
+    return levels
+
+
+def diff_sections(report: dict, model: object) -> list[tuple[str, str]]:
+    """Rendered graph diffs (ORT's graph vs graphtool's) when graphtool.diff/render provide them.
+
+    Optional by design: the table is the report; a diff view is added only when those modules
+    exist and expose ``diff.diff(a, b)`` and ``render.html.diff_fragment(d)``.
+    """
+    try:
+        from graphtool import diff as diff_mod  # noqa: F401
+        from graphtool.render import html as render_html  # noqa: F401
+    except ImportError:
+        return []
+    return []
+
+
+@cli.command("compare")
+@click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
+@click.option("--levels", default="1,2,3", show_default=True, help="ORT levels to compare (1 basic, 2 extended, 3 all).")
+@click.option("--target", type=click.Choice(["onnx", "ort"]), default="onnx", show_default=True,
+              help="graphtool's target: portable ONNX, or ORT contrib ops at level 2.")
+@click.option("--latency", is_flag=True, help="Also time every variant (1 thread, interleaved runs).")
+@click.option("--runs", type=click.IntRange(1, 100000), default=20, show_default=True, help="Timed runs per variant.")
+@click.option("--warmup", type=click.IntRange(0, 1000), default=3, show_default=True, help="Untimed runs first.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema graphtool.compare/1).")
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
+              help="Also write a self-contained HTML page with the tables.")
+def compare_command(model_path: str, levels: str, target: str, latency: bool, runs: int, warmup: int,
+                    seed: int, as_json: bool, html_out: str | None) -> None:
+    """Optimize MODEL with onnxruntime at each level and with graphtool at the same level, then
+    show both side by side: node counts, op histograms, ops only one has, the fusions ORT applied
+    that graphtool did not (named, e.g. "Conv+Relu → FusedConv ×16"), and the largest output
+    difference on the same random inputs. ORT's L2/L3 graphs use com.microsoft ops, and L3 uses
+    NCHWc layouts specific to this machine's CPU."""
+    wanted = parse_levels(levels)
+    if html_out and not os.path.isdir(os.path.dirname(os.path.abspath(html_out))):
+        raise UsageError(f"{html_out}: folder does not exist")
+    model = io.load(model_path)
+    progress = (lambda msg: click.echo(f"… {msg}", err=True)) if sys.stderr.isatty() else None
+    report = compare(model, wanted, target, latency=latency, runs=runs, warmup=warmup, seed=seed,
+                     path=model_path, on_step=progress)
+    if html_out:
+        page = to_html(report, diff_sections(report, model))
+        with io.atomic_file(html_out) as handle:
+            handle.write(page.encode("utf-8"))
+    emit(report, as_json, format_compare(report))

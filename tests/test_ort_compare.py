@@ -1,0 +1,242 @@
+"""graphtool.ort_compare: ORT's optimized graphs beside graphtool's, fusions named from a structural diff."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from graphtool import io
+from graphtool.ort_compare import (
+    JSON_SCHEMA,
+    compare,
+    compare_level,
+    format_compare,
+    measure_latency,
+    ort_optimized,
+    to_html,
+    trace_fusions,
+)
+from tests.conftest import FIXTURES
+
+
+# --------------------------------------------------------------------------- a small JSON Schema checker
+
+
+def schema_errors(doc: Any, schema: dict[str, Any], path: str = "$") -> list[str]:
+    """The subset of JSON Schema that JSON_SCHEMA uses: type, enum, minimum, properties,
+    required, additionalProperties, items. Returns every violation (empty list: valid)."""
+    errors: list[str] = []
+    types = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
+    if "type" in schema:
+        wanted = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+
+        def is_type(t: str) -> bool:
+            if t == "integer":
+                return isinstance(doc, int) and not isinstance(doc, bool)
+            if t == "number":
+                return isinstance(doc, (int, float)) and not isinstance(doc, bool)
+            return isinstance(doc, types[t])
+
+        if not any(is_type(t) for t in wanted):
+            return [f"{path}: expected {wanted}, got {type(doc).__name__}"]
+    if "enum" in schema and doc not in schema["enum"]:
+        errors.append(f"{path}: {doc!r} not in {schema['enum']}")
+    if "minimum" in schema and isinstance(doc, (int, float)) and doc < schema["minimum"]:
+        errors.append(f"{path}: {doc} < {schema['minimum']}")
+    if isinstance(doc, dict):
+        for key in schema.get("required", []):
+            if key not in doc:
+                errors.append(f"{path}: missing '{key}'")
+        props = schema.get("properties", {})
+        for key, value in doc.items():
+            if key in props:
+                errors += schema_errors(value, props[key], f"{path}.{key}")
+            elif isinstance(schema.get("additionalProperties"), dict):
+                errors += schema_errors(value, schema["additionalProperties"], f"{path}.{key}")
+    if isinstance(doc, list) and "items" in schema:
+        for i, item in enumerate(doc):
+            errors += schema_errors(item, schema["items"], f"{path}[{i}]")
+    return errors
+
+
+# --------------------------------------------------------------------------- small models
+
+
+def conv_relu_model(blocks: int = 2, conv_name: str = "conv") -> onnx.ModelProto:
+    """``blocks`` × (Conv → Relu): ORT L2 fuses each pair into com.microsoft FusedConv; standard
+    ONNX has no fused conv+activation op, so graphtool --target onnx never does."""
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for i in range(blocks):
+        w = numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), f"w{i}")
+        b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), f"b{i}")
+        inits += [w, b]
+        nodes.append(helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], name=f"{conv_name}{i}", pads=[1, 1, 1, 1]))
+        nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}"))
+        x = f"r{i}"
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def tiny(nodes: list, inputs: list[str], outputs: list[str], inits: list | None = None) -> onnx.ModelProto:
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in inputs]
+    vo = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in outputs]
+    return helper.make_model(helper.make_graph(nodes, "g", vi, vo, inits or []),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+# --------------------------------------------------------------------------- fusion naming
+
+
+def test_names_conv_relu_to_fusedconv_that_graphtool_onnx_does_not_do():
+    model = io.load_proto(conv_relu_model(blocks=2))
+    report = compare(model, levels=[2], target="onnx")
+    level = report["levels"][0]
+    assert level["ort"]["op_histogram"]["com.microsoft"] == {"FusedConv": 2}
+    assert "com.microsoft" not in level["graphtool"]["op_histogram"]
+    ort_only = {g["pattern"]: g for g in level["fusions"]["ort_only"]}
+    assert set(ort_only) == {"Conv+Relu → FusedConv"}
+    group = ort_only["Conv+Relu → FusedConv"]
+    assert group["count"] == 2 and group["from"] == ["Conv", "Relu"]
+    assert group["to"] == [{"domain": "com.microsoft", "op_type": "FusedConv"}]
+    assert level["op_diff"] == [{"domain": "ai.onnx", "op_type": "Conv", "ort": 0, "graphtool": 2, "only": "graphtool"},
+                                {"domain": "ai.onnx", "op_type": "Relu", "ort": 0, "graphtool": 2, "only": "graphtool"},
+                                {"domain": "com.microsoft", "op_type": "FusedConv", "ort": 2, "graphtool": 0, "only": "ort"}]
+    assert level["outputs"]["ort_vs_graphtool"]["ok"] and level["outputs"]["ort_vs_graphtool"]["max_abs"] < 1e-4
+    assert any("com.microsoft contrib ops" in n for n in level["notes"])
+    text = format_compare(report)
+    assert "Conv+Relu → FusedConv ×2" in text
+    assert "ops only in ORT: FusedConv×2" in text
+
+
+def test_no_ort_only_fusion_when_graphtool_has_the_same_graph():
+    """Negative: handing ORT's own graph in as graphtool's result leaves nothing ORT-only."""
+    model = io.load_proto(conv_relu_model(blocks=2))
+    ort_graph = ort_optimized(model, 2)
+    level = compare_level(model, ort_graph, 2, "ort", ort_model=ort_graph)
+    assert level["fusions"]["ort_only"] == [] and level["fusions"]["graphtool_only"] == []
+    assert [g["pattern"] for g in level["fusions"]["ort"]] == ["Conv+Relu → FusedConv"]
+    assert level["fusions"]["ort"] == level["fusions"]["graphtool"]
+    assert level["op_diff"] == []
+    assert level["outputs"]["ort_vs_graphtool"]["max_abs"] == 0.0
+
+
+def test_partial_fusion_says_what_graphtool_did_instead():
+    """ORT fuses Conv+BN+Relu into FusedConv; a graph that only folded BN into Conv is named as such."""
+    model = io.load(f"{FIXTURES}/conv_bn.onnx")
+    level1 = ort_optimized(model, 1)  # ORT basic: Conv+BatchNormalization → Conv, Relu kept
+    level = compare_level(model, level1, 2, "onnx")
+    ort_only = {g["pattern"]: g for g in level["fusions"]["ort_only"]}
+    assert ort_only["Conv+BatchNormalization+Relu → FusedConv"]["count"] == 2
+    assert ort_only["Conv+BatchNormalization+Relu → FusedConv"]["graphtool_did"] == ["Conv+BatchNormalization → Conv"]
+
+
+def test_trace_sees_through_merged_duplicates():
+    """CSE: the rewrite reads y1 twice where the original read the duplicate y2 — not a lost boundary."""
+    original = io.load_proto(tiny([helper.make_node("Relu", ["x"], ["y1"]), helper.make_node("Relu", ["x"], ["y2"]),
+                                   helper.make_node("Add", ["y1", "y2"], ["out"])], ["x"], ["out"]))
+    rewritten = io.load_proto(tiny([helper.make_node("Relu", ["x"], ["y1"]), helper.make_node("Add", ["y1", "y1"], ["out"])],
+                                   ["x"], ["out"]))
+    trace = trace_fusions(original, rewritten)
+    assert [f.kind for f in trace.fusions] == ["unchanged", "unchanged"]
+    assert trace.inserted == [] and dict(trace.removed) == {"Relu": 1}
+
+
+def test_renamed_values_between_unchanged_ops_are_not_a_fusion():
+    original = io.load_proto(tiny([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["y"])], ["x"], ["y"]))
+    rewritten = io.load_proto(tiny([helper.make_node("Relu", ["x"], ["a_gt0"]), helper.make_node("Neg", ["a_gt0"], ["y"])], ["x"], ["y"]))
+    trace = trace_fusions(original, rewritten)
+    assert [f.kind for f in trace.fusions] == ["unchanged"] and not trace.removed
+
+
+def test_lost_boundary_is_untraced_not_guessed():
+    """A node whose original region escapes to a graph input it does not read cannot be named."""
+    original = io.load_proto(tiny([helper.make_node("Relu", ["x1"], ["a"]), helper.make_node("Mul", ["a", "x2"], ["y"])],
+                                  ["x1", "x2"], ["y"]))
+    rewritten = io.load_proto(tiny([helper.make_node("Sigmoid", ["x2"], ["y"])], ["x1", "x2"], ["y"]))
+    trace = trace_fusions(original, rewritten)
+    assert [f.kind for f in trace.fusions] == ["untraced"]
+    assert trace.inserted == [("", "Sigmoid", "")]
+
+
+def test_constant_side_inputs_are_folded_not_fused():
+    """Div by a Constant node, rewritten with an initializer: the Constant is folded, the Div unchanged."""
+    c = helper.make_node("Constant", [], ["two"], value=numpy_helper.from_array(np.full((2, 3), 2, np.float32)))
+    original = io.load_proto(tiny([c, helper.make_node("Div", ["x", "two"], ["y"])], ["x"], ["y"]))
+    init = numpy_helper.from_array(np.full((2, 3), 2, np.float32), "two_folded")
+    rewritten = io.load_proto(tiny([helper.make_node("Div", ["x", "two_folded"], ["y"])], ["x"], ["y"], [init]))
+    trace = trace_fusions(original, rewritten)
+    assert [f.kind for f in trace.fusions] == ["unchanged"]
+    assert len(trace.fusions[0].folded) == 1
+
+
+# --------------------------------------------------------------------------- JSON, HTML, latency
+
+
+def test_json_report_matches_documented_schema():
+    model = io.load(f"{FIXTURES}/conv_bn.onnx")
+    report = compare(model, levels=[1, 2, 3], target="onnx", latency=True, runs=2, warmup=0, path="conv_bn.onnx")
+    doc = json.loads(json.dumps(report))  # what --json prints must survive strict JSON
+    assert schema_errors(doc, JSON_SCHEMA) == []
+    assert [lv["level"] for lv in doc["levels"]] == [1, 2, 3]
+    assert [lv["ort_level"] for lv in doc["levels"]] == ["basic", "extended", "all"]
+    assert doc["original"]["nodes"] == 6
+    rows = doc["latency"]["rows"]
+    assert {(r["model"], r["ort_level"]) for r in rows} >= {("original", "off"), ("original", "all")}
+    assert rows[0]["speedup"] == 1.0
+
+
+def test_schema_checker_rejects_a_broken_report():
+    """The checker above is not vacuous: a wrong type, a missing key and a bad enum are each caught."""
+    model = io.load_proto(conv_relu_model(blocks=1))
+    doc = json.loads(json.dumps(compare(model, levels=[1])))
+    doc["levels"][0]["ort"]["nodes"] = "three"
+    del doc["levels"][0]["fusions"]["ort_only"]
+    doc["target"] = "tensorrt"
+    errors = schema_errors(doc, JSON_SCHEMA)
+    assert any("ort.nodes" in e for e in errors)
+    assert any("ort_only" in e for e in errors)
+    assert any("tensorrt" in e for e in errors)
+
+
+def test_html_escapes_names_from_the_model():
+    hostile = '<script>alert("x")</script>'
+    model = io.load_proto(conv_relu_model(blocks=1, conv_name=hostile))
+    report = compare(model, levels=[2], path="a<b>.onnx")
+    assert any(hostile in e for g in report["levels"][0]["fusions"]["ort_only"] for e in g["examples"])
+    page = to_html(report)
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "a&lt;b&gt;.onnx" in page
+    assert page.startswith("<!DOCTYPE html>") and "Conv+Relu → FusedConv" in page
+    assert "http://" not in page and "https://" not in page  # self-contained
+
+
+def test_latency_rows_and_baseline():
+    model = io.load_proto(conv_relu_model(blocks=1))
+    lat = measure_latency([("original", model), ("other", model)], ["off", "all"], runs=3, warmup=1)
+    assert [(r["model"], r["ort_level"]) for r in lat["rows"]] == [
+        ("original", "off"), ("original", "all"), ("other", "off"), ("other", "all")]
+    assert lat["rows"][0]["speedup"] == 1.0
+    assert all(r["p90_ms"] >= r["median_ms"] > 0 for r in lat["rows"])
+
+
+def test_ort_file_with_leftover_inputs_still_runs():
+    """IR 3 model: initializers are also inputs; ORT's file keeps the inputs after folding them away."""
+    from tests.conftest import light_model
+
+    model = io.load(light_model("squeezenet"))
+    report = compare(model, levels=[1])
+    assert report["levels"][0]["outputs"]["ort_vs_original"]["ok"]
+
+
+def test_layout_note_matches_nchwc_ops():
+    """ORT L3 picks NCHWc only on CPUs where it pays off: the note follows what the graph holds."""
+    model = io.load(f"{FIXTURES}/conv_bn.onnx")
+    entry = compare(model, levels=[3])["levels"][0]
+    has_nchwc = "com.microsoft.nchwc" in entry["ort"]["op_histogram"]
+    assert has_nchwc == any("NCHWc" in n for n in entry["notes"])
