@@ -1,0 +1,219 @@
+"""Merge two consecutive layout ops into one.
+
+The second op of a pair is rewritten in place to read the first op's input, so the first one
+disappears with dead-code elimination when nothing else reads it, and nothing is ever duplicated
+(a first op with other readers stays, and the pair costs no more than before):
+
+1. ``Transpose(Transpose(x, p1), p2)`` → ``Transpose(x, q)`` with ``q[i] = p1[p2[i]]``; removed
+   entirely when ``q`` is the identity. A missing perm (reversed) needs the other perm or x's rank.
+2. ``Reshape(Reshape(x, s1), s2)`` and ``Reshape(Flatten(x), s2)`` → ``Reshape(x, s2')``. Only the
+   intermediate shape is skipped, so ``s2`` must be constant; a ``0`` entry (copy a dim, when
+   ``allowzero=0``) refers to the intermediate tensor and is resolved from a positive ``s1`` entry,
+   kept when ``s1`` itself copied the same dim, or taken from a static intermediate shape —
+   otherwise the pair is left alone. A dynamic ``s2`` refuses.
+3. ``Flatten(Reshape(x, s1), axis)`` → ``Reshape(x, [d0*...*d(axis-1), -1])`` when those leading
+   intermediate dims are known (positive ``s1`` entries or a static shape) and their product is
+   not 0.
+4. ``Unsqueeze(Unsqueeze(x, a1), a2)`` and ``Squeeze(Squeeze(x, a1), a2)`` → one op with the
+   combined axes (expressed in the second op's form: attribute before opset 13, input after).
+   Negative axes need x's rank; a Squeeze without axes refuses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graphtool.ir.graph import Graph, Node
+from graphtool.pass_manager import Pass, PassContext, PassResult, register
+from graphtool.passes.eliminate import STANDARD_DOMAINS, add_constant, axes_of, forward, normalize_axes, rank_of
+
+
+def _standard_producer(graph: Graph, value: str, op_types: tuple[str, ...]) -> Node | None:
+    node = graph.producer(value)
+    if node is None or node.op_type not in op_types or node.domain not in STANDARD_DOMAINS:
+        return None
+    return node
+
+
+def _int_list(graph: Graph, value: str) -> list[int] | None:
+    c = graph.const(value) if value else None
+    return None if c is None else [int(v) for v in np.asarray(c).reshape(-1)]
+
+
+# ---------------------------------------------------------------- 1. Transpose
+
+
+def merge_transposes(graph: Graph, node: Node) -> bool:
+    first = _standard_producer(graph, node.inputs[0], ("Transpose",))
+    if first is None:
+        return False
+    x = first.inputs[0]
+    p1, p2 = first.attr("perm"), node.attr("perm")
+    rank = len(p1) if p1 is not None else len(p2) if p2 is not None else rank_of(graph, x)
+    if rank is None:
+        return False
+    p1 = list(p1) if p1 is not None else list(reversed(range(rank)))
+    p2 = list(p2) if p2 is not None else list(reversed(range(rank)))
+    if len(p1) != len(p2):
+        return False
+    composed = [p1[i] for i in p2]
+    if composed == list(range(rank)) and forward(graph, node, [(x, node.outputs[0])]):
+        return True
+    graph.set_input(node, 0, x)
+    graph.set_attr(node, "perm", composed)
+    return True
+
+
+# ---------------------------------------------------------------- 2./3. Reshape and Flatten
+
+
+def _intermediate_dims(graph: Graph, first: Node) -> tuple[list[int | None], list[int] | None]:
+    """What is known of the first op's output dims, and its constant target (Reshape only)."""
+    out_shape = graph.shape(first.outputs[0])
+    target = _int_list(graph, first.inputs[1]) if first.op_type == "Reshape" and len(first.inputs) > 1 else None
+    if target is not None:
+        dims: list[int | None] = [t if t > 0 else None for t in target]
+        if out_shape is not None and len(out_shape) == len(dims):
+            dims = [d if d is not None else (s if isinstance(s, int) else None) for d, s in zip(dims, out_shape)]
+        return dims, target
+    if out_shape is None:
+        return [], None
+    return [s if isinstance(s, int) else None for s in out_shape], None
+
+
+def merge_reshapes(graph: Graph, node: Node) -> bool:
+    """Reshape(Reshape(x, s1) or Flatten(x), s2) → Reshape(x, s2')."""
+    inputs = node.inputs
+    if len(inputs) < 2:
+        return False
+    first = _standard_producer(graph, inputs[0], ("Reshape", "Flatten"))
+    if first is None or (first.op_type == "Reshape" and len(first.inputs) < 2):
+        return False
+    s2 = _int_list(graph, inputs[1])
+    if s2 is None:
+        return False
+    new = list(s2)
+    if not node.attr("allowzero", 0) and 0 in s2:
+        dims, s1 = _intermediate_dims(graph, first)
+        copy_ok = first.op_type == "Reshape" and not first.attr("allowzero", 0)
+        for i, t in enumerate(s2):
+            if t != 0:
+                continue
+            if s1 is not None and i < len(s1) and s1[i] == 0 and copy_ok:
+                continue  # s1 copied x's dim i, so copying it again from x is the same
+            if i < len(dims) and dims[i] is not None:
+                new[i] = dims[i]
+                continue
+            return False
+    graph.set_input(node, 0, first.inputs[0])
+    if new != s2:
+        graph.set_input(node, 1, add_constant(graph, np.array(new, np.int64), f"{node.name or 'reshape'}_shape"))
+    return True
+
+
+def flatten_to_reshape(graph: Graph, node: Node) -> bool:
+    """Flatten(Reshape(x, s1), axis) → Reshape(x, [prod(leading dims), -1])."""
+    first = _standard_producer(graph, node.inputs[0], ("Reshape",))
+    if first is None or len(first.inputs) < 2:
+        return False
+    dims, s1 = _intermediate_dims(graph, first)
+    rank = len(s1) if s1 is not None else (len(dims) if dims else None)
+    if rank is None:
+        return False
+    axis = node.attr("axis", 1)
+    if axis < 0:
+        axis += rank
+    if not 0 <= axis <= rank or any(d is None for d in dims[:axis]) or len(dims) < axis:
+        return False
+    lead = int(np.prod([d for d in dims[:axis]], dtype=np.int64)) if axis else 1
+    if lead == 0:
+        return False
+    x, out, name = first.inputs[0], node.outputs[0], node.name
+    shape = add_constant(graph, np.array([lead, -1], np.int64), f"{name or 'flatten'}_shape")
+    graph.remove_nodes([node])
+    graph.add_node("Reshape", [x, shape], [out], name=name, near=first)
+    return True
+
+
+# ---------------------------------------------------------------- 4. Squeeze / Unsqueeze
+
+
+def _nth_missing(taken: set[int], n: int) -> int:
+    """The n-th (0-based) non-negative integer not in ``taken``."""
+    i = -1
+    while n >= 0:
+        i += 1
+        if i not in taken:
+            n -= 1
+    return i
+
+
+def combined_axes(op_type: str, a1: list[int], a2: list[int], rank: int | None) -> list[int] | None:
+    """Axes of one op equal to ``op(op(x, a1), a2)``; None when they cannot be normalized."""
+    n1, n2 = len(a1), len(a2)
+    if op_type == "Unsqueeze":
+        first = normalize_axes(a1, None if rank is None else rank + n1)
+        second = normalize_axes(a2, None if rank is None else rank + n1 + n2)
+        if first is None or second is None:
+            return None
+        taken = set(second)
+        merged = taken | {_nth_missing(taken, p) for p in first}
+    else:
+        first = normalize_axes(a1, rank)
+        second = normalize_axes(a2, None if rank is None else rank - n1)
+        if first is None or second is None:
+            return None
+        taken = set(first)
+        merged = taken | {_nth_missing(taken, p) for p in second}
+    if len(set(first)) != n1 or len(set(second)) != n2 or len(merged) != n1 + n2:
+        return None
+    return sorted(merged)
+
+
+def merge_axes_ops(graph: Graph, node: Node) -> bool:
+    first = _standard_producer(graph, node.inputs[0], (node.op_type,))
+    if first is None:
+        return False
+    a1, a2 = axes_of(graph, first), axes_of(graph, node)
+    if not a1 or not a2:
+        return False
+    x = first.inputs[0]
+    axes = combined_axes(node.op_type, a1, a2, rank_of(graph, x))
+    if axes is None:
+        return False
+    if node.attr("axes") is not None:
+        graph.set_attr(node, "axes", axes)
+    else:
+        graph.set_input(node, 1, add_constant(graph, np.array(axes, np.int64), f"{node.name or 'axes'}_axes"))
+    graph.set_input(node, 0, x)
+    return True
+
+
+RULES = {
+    "Transpose": merge_transposes,
+    "Reshape": merge_reshapes,
+    "Flatten": flatten_to_reshape,
+    "Unsqueeze": merge_axes_ops,
+    "Squeeze": merge_axes_ops,
+}
+
+
+@register(level=1, priority=40)
+class MergeChains(Pass):
+    """Merge consecutive Transpose/Reshape/Flatten/Squeeze/Unsqueeze pairs into one op."""
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        stats: dict[str, int] = {}
+        for op_type, rule in RULES.items():
+            # Topological order so a chain of n ops collapses in one run (each op merges into
+            # an already merged predecessor) instead of one pair per iteration.
+            for node in _in_order(graph, op_type):
+                if not graph.has_node(node) or node.domain not in STANDARD_DOMAINS or not node.inputs:
+                    continue
+                if rule(graph, node):
+                    stats[op_type] = stats.get(op_type, 0) + 1
+        return PassResult(changed=bool(stats), stats=stats)
+
+
+def _in_order(graph: Graph, op_type: str) -> list[Node]:
+    return sorted(graph.nodes(op_type), key=lambda n: n.order)

@@ -1,0 +1,188 @@
+"""merge-chains: consecutive Transpose / Reshape / Flatten / Squeeze / Unsqueeze pairs."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphtool import io
+from graphtool.ir.to_onnx import to_onnx
+from graphtool.optimize import optimize
+from graphtool.runtime import make_session
+from graphtool.verify import verify
+
+PASS = "merge-chains"
+WITH_DCE = [PASS, "dead-code-elimination"]
+F = TensorProto.FLOAT
+
+
+def vi(name, shape, dtype=F):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def const(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    p = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    p.ir_version = 8
+    onnx.checker.check_model(p, full_check=True)
+    return io.load_proto(p)
+
+
+def run(m, passes=WITH_DCE, feeds=None):
+    out, report, _ = optimize(m, passes=list(passes))
+    onnx.checker.check_model(to_onnx(out), full_check=True)
+    result = verify(m, out, feeds=feeds)
+    assert result.ok, result.summary()
+    return out, report
+
+
+def ops(graph):
+    return [n.op_type for n in graph.topological_order()]
+
+
+# 1. Transpose ----------------------------------------------------------------------------------
+
+
+def test_transpose_pair_becomes_one_composed_transpose():
+    m = model([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 2, 0]),
+               helper.make_node("Transpose", ["t"], ["y"], perm=[0, 2, 1])],
+              [vi("x", [2, 3, 4])], [vi("y", [3, 2, 4])])
+    out, _ = run(m)
+    assert ops(out.graph) == ["Transpose"]
+    node = out.graph.producer("y")
+    assert node.inputs == ["x"] and node.attr("perm") == [1, 0, 2]
+
+
+def test_inverse_transposes_vanish_and_output_name_is_kept():
+    m = model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Transpose", ["r"], ["t"], perm=[2, 0, 1]),
+               helper.make_node("Transpose", ["t"], ["y"], perm=[1, 2, 0])],
+              [vi("x", [2, 3, 4])], [vi("y", [2, 3, 4])])
+    out, _ = run(m)
+    assert ops(out.graph) == ["Relu"] and out.graph.producer("y").op_type == "Relu"
+
+
+def test_default_perms_use_the_known_rank():
+    m = model([helper.make_node("Transpose", ["x"], ["t"]), helper.make_node("Transpose", ["t"], ["u"]),
+               helper.make_node("Relu", ["u"], ["y"])],  # reversed twice
+              [vi("x", [2, 3, 4])], [vi("y", [2, 3, 4])])
+    out, _ = run(m)
+    assert ops(out.graph) == ["Relu"] and out.graph.producer("y").inputs == ["x"]
+
+
+def test_transpose_chain_with_shared_first_keeps_the_first():
+    m = model([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+               helper.make_node("Transpose", ["t"], ["u"], perm=[1, 0]),
+               helper.make_node("Add", ["u", "x"], ["y"])],
+              [vi("x", [2, 2])], [vi("y", [2, 2]), vi("t", [2, 2])])
+    out, _ = run(m)
+    assert ops(out.graph) == ["Transpose", "Add"]
+    assert out.graph.producer("y").inputs == ["x", "x"]
+
+
+def test_transpose_without_perms_and_unknown_rank_is_kept():
+    m = model([helper.make_node("Reshape", ["x", "s"], ["h"]), helper.make_node("Transpose", ["h"], ["t"]),
+               helper.make_node("Transpose", ["t"], ["y"])],
+              [vi("x", [6]), vi("s", [2], TensorProto.INT64)], [vi("y", ["a", "b"])])
+    out, report = optimize(m, passes=[PASS])[:2]
+    assert ops(out.graph) == ["Reshape", "Transpose", "Transpose"]
+    assert not report.passes[PASS].changed_runs
+
+
+# 2. Reshape / Flatten --------------------------------------------------------------------------
+
+
+def test_reshape_pair_skips_the_intermediate_and_resolves_copy_dims():
+    m = model([helper.make_node("Reshape", ["x", "s1"], ["r"]), helper.make_node("Reshape", ["r", "s2"], ["y"])],
+              [vi("x", ["N", 6])], [vi("y", ["N", 3, 2])],
+              [const("s1", np.array([0, 3, 2], np.int64)), const("s2", np.array([0, 0, -1], np.int64))])
+    out, _ = run(m)
+    assert ops(out.graph) == ["Reshape"]
+    node = out.graph.producer("y")
+    assert node.inputs[0] == "x"
+    np.testing.assert_array_equal(out.graph.const(node.inputs[1]), [0, 3, -1])  # 0 copied from s1, 3 resolved
+
+
+def test_reshape_after_flatten_and_flatten_after_reshape():
+    m = model([helper.make_node("Flatten", ["x"], ["f"], axis=2), helper.make_node("Reshape", ["f", "s"], ["r"]),
+               helper.make_node("Reshape", ["r", "s3"], ["q"]), helper.make_node("Flatten", ["q"], ["y"], axis=2)],
+              [vi("x", [2, 3, 4])], [vi("y", [6, 4])],
+              [const("s", np.array([4, -1], np.int64)), const("s3", np.array([2, 3, 4], np.int64))])
+    out, _ = run(m)
+    assert ops(out.graph) == ["Reshape"]
+    node = out.graph.producer("y")
+    assert node.inputs[0] == "x"
+    np.testing.assert_array_equal(out.graph.const(node.inputs[1]), [6, -1])
+
+
+def test_reshape_pair_with_dynamic_or_unresolvable_shape_is_kept():
+    m = model([helper.make_node("Reshape", ["x", "s1"], ["r"]), helper.make_node("Reshape", ["r", "dyn"], ["a"]),
+               helper.make_node("Reshape", ["x", "s1"], ["r2"]), helper.make_node("Reshape", ["r2", "s0"], ["b"])],
+              [vi("x", ["N", 6]), vi("dyn", [2], TensorProto.INT64)], [vi("a", ["p", "q"]), vi("b", ["p", "q", "r"])],
+              # s0's leading 0 copies r2's dim 0, which s1 inferred (-1): unknown without shapes
+              [const("s1", np.array([-1, 3], np.int64)), const("s0", np.array([0, 3, 1], np.int64))])
+    out, report = optimize(m, passes=[PASS])[:2]
+    assert ops(out.graph) == ops(m.graph)
+    assert not report.passes[PASS].changed_runs
+    feeds = {"x": np.ones((2, 6), np.float32), "dyn": np.array([3, 4], np.int64)}
+    assert verify(m, out, feeds=feeds).ok
+
+
+# 4. Squeeze / Unsqueeze ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_unsqueeze_chain_combines_axes(opset):
+    if opset >= 13:
+        nodes = [helper.make_node("Unsqueeze", ["x", "a1"], ["u"]), helper.make_node("Unsqueeze", ["u", "a2"], ["y"])]
+        inits = [const("a1", np.array([0, -1], np.int64)), const("a2", np.array([1], np.int64))]
+    else:
+        nodes = [helper.make_node("Unsqueeze", ["x"], ["u"], axes=[0, -1]), helper.make_node("Unsqueeze", ["u"], ["y"], axes=[1])]
+        inits = []
+    m = model(nodes, [vi("x", [2, 3])], [vi("y", [1, 1, 2, 3, 1])], inits, opset=opset)
+    out, _ = run(m)
+    assert ops(out.graph) == ["Unsqueeze"]
+    node = out.graph.producer("y")
+    axes = node.attr("axes") if opset < 13 else list(out.graph.const(node.inputs[1]))
+    assert node.inputs[0] == "x" and list(axes) == [0, 1, 4]
+
+
+def test_squeeze_chain_combines_axes():
+    m = model([helper.make_node("Squeeze", ["x", "a1"], ["s"]), helper.make_node("Squeeze", ["s", "a2"], ["y"])],
+              [vi("x", [1, 2, 1, 3, 1])], [vi("y", [2, 3])],
+              [const("a1", np.array([2], np.int64)), const("a2", np.array([0, -1], np.int64))])
+    out, _ = run(m)
+    assert ops(out.graph) == ["Squeeze"]
+    assert list(out.graph.const(out.graph.producer("y").inputs[1])) == [0, 2, 4]
+
+
+def test_squeeze_without_axes_is_kept():
+    m = model([helper.make_node("Squeeze", ["x", "a"], ["s"]), helper.make_node("Squeeze", ["s"], ["y"])],
+              [vi("x", [1, 2, 1])], [vi("y", [2])], [const("a", np.array([0], np.int64))])
+    out, _, _ = optimize(m, passes=[PASS])
+    assert ops(out.graph) == ["Squeeze", "Squeeze"]
+
+
+def test_merge_inside_a_function_body_adds_a_constant_op_not_an_initializer():
+    fn = helper.make_function(
+        "custom", "Twist", ["X"], ["Y"],
+        [helper.make_node("Constant", [], ["s1"], value=const("s1v", np.array([3, 2], np.int64))),
+         helper.make_node("Constant", [], ["s2"], value=const("s2v", np.array([0, 0], np.int64))),
+         helper.make_node("Reshape", ["X", "s1"], ["r"]), helper.make_node("Reshape", ["r", "s2"], ["Y"])],
+        opset_imports=[helper.make_opsetid("", 17)])
+    graph = helper.make_graph([helper.make_node("Twist", ["x"], ["y"], domain="custom")], "g",
+                              [vi("x", [2, 3])], [vi("y", [3, 2])])
+    p = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("custom", 1)],
+                          functions=[fn])
+    p.ir_version = 8
+    m = io.load_proto(p)
+    out, _ = run(m)
+    body = out.functions[0].body
+    assert ops(body) == ["Constant", "Reshape"] and body.initializers == {}
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(make_session(out).run(None, {"x": x})[0], x.reshape(3, 2))

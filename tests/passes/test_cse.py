@@ -1,0 +1,156 @@
+"""common-subexpression-elimination: equal ops and equal constants become one."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from graphtool import io
+from graphtool.ir.to_onnx import to_onnx
+from graphtool.optimize import optimize
+from graphtool.runtime import make_session
+from graphtool.verify import verify
+
+PASS = "common-subexpression-elimination"
+F = TensorProto.FLOAT
+
+
+def vi(name, shape, dtype=F):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def const(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    p = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    p.ir_version = 8
+    onnx.checker.check_model(p, full_check=True)
+    return io.load_proto(p)
+
+
+def run(m, passes=(PASS,)):
+    out, report, _ = optimize(m, passes=list(passes))
+    onnx.checker.check_model(to_onnx(out), full_check=True)
+    result = verify(m, out)
+    assert result.ok, result.summary()
+    return out, report
+
+
+def ops(m):
+    return [n.op_type for n in m.graph.topological_order()]
+
+
+def test_equal_ops_merge_and_the_merge_cascades_downstream():
+    m = model(
+        [helper.make_node("Relu", ["x"], ["r1"]), helper.make_node("Relu", ["x"], ["r2"]),
+         helper.make_node("Exp", ["r1"], ["e1"]), helper.make_node("Exp", ["r2"], ["e2"]),
+         helper.make_node("Add", ["e1", "e2"], ["y"])],
+        [vi("x", [3])], [vi("y", [3])])
+    out, report = run(m)
+    assert ops(out) == ["Relu", "Exp", "Add"]
+    assert out.graph.producer("y").inputs == ["e1", "e1"]
+    assert report.passes[PASS].stats["ops"] == 2
+    assert report.passes[PASS].changed_runs == 1  # one run found both
+
+
+def test_different_attributes_or_inputs_do_not_merge():
+    m = model(
+        [helper.make_node("LeakyRelu", ["x"], ["a"], alpha=0.1), helper.make_node("LeakyRelu", ["x"], ["b"], alpha=0.2),
+         helper.make_node("Sub", ["x", "z"], ["c"]), helper.make_node("Sub", ["z", "x"], ["d"])],
+        [vi("x", [3]), vi("z", [3])], [vi("a", [3]), vi("b", [3]), vi("c", [3]), vi("d", [3])])
+    out, report = optimize(m, passes=[PASS])[:2]
+    assert ops(out) == ["LeakyRelu", "LeakyRelu", "Sub", "Sub"]
+    assert not report.passes[PASS].changed_runs
+
+
+def test_random_ops_never_merge():
+    m = model(
+        [helper.make_node("RandomNormalLike", ["x"], ["a"], seed=1.0),
+         helper.make_node("RandomNormalLike", ["x"], ["b"], seed=1.0),
+         helper.make_node("Add", ["a", "b"], ["y"])],
+        [vi("x", [3])], [vi("y", [3])])
+    out, report = optimize(m, passes=[PASS])[:2]
+    assert ops(out) == ["RandomNormalLike", "RandomNormalLike", "Add"]
+    assert not report.passes[PASS].changed_runs
+
+
+def test_equal_constants_merge_across_initializers_and_constant_ops():
+    two = np.full((2, 3), 2.0, np.float32)
+    m = model(
+        [helper.make_node("Constant", [], ["c1"], value=const("t1", two)),
+         helper.make_node("Constant", [], ["c2"], value=const("other_name", two)),
+         helper.make_node("Constant", [], ["c3"], value=const("t3", two + 1)),
+         helper.make_node("Mul", ["x", "w1"], ["a"]), helper.make_node("Mul", ["x", "w2"], ["b"]),
+         helper.make_node("Mul", ["x", "c1"], ["c"]), helper.make_node("Mul", ["x", "c2"], ["d"]),
+         helper.make_node("Mul", ["x", "c3"], ["e"]), helper.make_node("Sum", ["a", "b", "c", "d", "e"], ["y"])],
+        [vi("x", [2, 3])], [vi("y", [2, 3])],
+        [const("w1", two), const("w2", two), const("w3", two.astype(np.float64))])
+    out, report = run(m)
+    stats = report.passes[PASS].stats
+    assert stats["initializers"] == 1 and stats["constants"] == 2
+    assert ops(out) == ["Constant", "Mul", "Mul", "Sum"]  # every Mul(x, 2) is one now; Mul(x, c3=3) stays
+    assert out.graph.producer("y").inputs[:4] == ["a", "a", "a", "a"]
+    assert sorted(out.graph.initializers) == ["w1", "w3"]  # w3 differs in dtype
+
+
+def test_duplicate_that_is_a_graph_output_keeps_its_name():
+    m = model(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Relu", ["x"], ["y"]),
+         helper.make_node("Neg", ["r"], ["z"])],
+        [vi("x", [3])], [vi("y", [3]), vi("z", [3])])
+    out, _ = run(m)
+    assert ops(out) == ["Relu", "Neg"]
+    assert out.graph.producer("z").inputs == ["y"]
+    assert list(out.graph.outputs) == ["y", "z"]
+
+
+def test_two_graph_outputs_of_equal_ops_both_stay():
+    m = model([helper.make_node("Relu", ["x"], ["y1"]), helper.make_node("Relu", ["x"], ["y2"])],
+              [vi("x", [3])], [vi("y1", [3]), vi("y2", [3])])
+    out, report = run(m)
+    assert ops(out) == ["Relu", "Relu"]
+    assert not report.passes[PASS].changed_runs
+
+
+def test_overridable_initializers_are_not_constants():
+    m = model([helper.make_node("Add", ["w1", "w2"], ["y"])], [vi("w1", [2]), vi("w2", [2])], [vi("y", [2])],
+              [const("w1", np.ones(2, np.float32)), const("w2", np.ones(2, np.float32))])
+    out, report = run(m)
+    assert sorted(out.graph.initializers) == ["w1", "w2"]
+    assert not report.passes[PASS].changed_runs
+    feeds = {"w1": np.array([1, 2], np.float32), "w2": np.array([5, 7], np.float32)}
+    got = make_session(out).run(None, feeds)[0]  # overriding both defaults still works
+    np.testing.assert_array_equal(got, [6, 9])
+
+
+def test_ops_with_subgraphs_are_not_merged():
+    def branch(name, op):
+        return helper.make_graph([helper.make_node(op, ["x"], [name])], name, [], [vi(name, [2])])
+
+    m = model(
+        [helper.make_node("If", ["c"], ["a"], then_branch=branch("t1", "Neg"), else_branch=branch("e1", "Abs")),
+         helper.make_node("If", ["c"], ["b"], then_branch=branch("t2", "Neg"), else_branch=branch("e2", "Abs")),
+         helper.make_node("Add", ["a", "b"], ["y"])],
+        [vi("x", [2]), vi("c", [], TensorProto.BOOL)], [vi("y", [2])])
+    out, _ = run(m)
+    assert ops(out) == ["If", "If", "Add"]
+
+
+def test_constant_that_is_a_graph_output_takes_over_and_later_copies_follow():
+    """c1 is renamed to the output name c2; c3, seen after, must read the new name."""
+    v = np.arange(3, dtype=np.float32)
+    m = model(
+        [helper.make_node("Constant", [], ["c1"], value=const("t1", v)),
+         helper.make_node("Mul", ["x", "c1"], ["a"]),
+         helper.make_node("Constant", [], ["c2"], value=const("t2", v)),
+         helper.make_node("Constant", [], ["c3"], value=const("t3", v)),
+         helper.make_node("Add", ["a", "c3"], ["y"])],
+        [vi("x", [3])], [vi("y", [3]), vi("c2", [3])])
+    out, report = run(m)
+    assert report.passes[PASS].stats["constants"] == 2
+    assert ops(out) == ["Constant", "Mul", "Add"]
+    assert out.graph.producer("y").inputs == ["a", "c2"] and out.graph.producer("a").inputs == ["x", "c2"]
