@@ -55,9 +55,11 @@ _OP = {"type": "object", "required": ["domain", "op_type"],
        "properties": {"domain": {"type": "string"}, "op_type": {"type": "string"}}}
 _FUSION_GROUP = {
     "type": "object",
-    "required": ["pattern", "from", "to", "count", "examples"],
+    "required": ["pattern", "kind", "from", "to", "count", "examples"],
     "properties": {
         "pattern": {"type": "string"},  # "Conv+Relu → FusedConv"
+        # fused: many ops → fewer; replaced: as many, other ops; expanded: fewer → more (inlined, decomposed)
+        "kind": {"enum": ["fused", "replaced", "expanded"]},
         "from": {"type": "array", "items": {"type": "string"}},  # original op types on the fused data path
         "to": {"type": "array", "items": _OP},  # the op(s) that replaced them
         "count": {"type": "integer", "minimum": 1},
@@ -146,7 +148,12 @@ def ort_optimized(model: Model, level: int) -> Model:
     """
     with tempfile.TemporaryDirectory(prefix="graphtool-ort-") as tmp:
         path = os.path.join(tmp, "ort_optimized.onnx")
-        make_session(model, ORT_LEVELS[level], optimized_path=path)
+        source: Model | str = model
+        if io.wants_external(model):
+            # ORT's file points at the weights it read: keep them beside it while we read it back
+            source = os.path.join(tmp, "model.onnx")
+            io.save(model, source, external=True)
+        make_session(source, ORT_LEVELS[level], optimized_path=path)
         optimized = io.load(path)
         if any(t.external is not None for _, g in optimized.graphs() for t in g.initializers.values()):
             # weights ORT wrote beside the file: read them in before the folder disappears
@@ -183,7 +190,7 @@ class Fusion:
     absorbed: list[int]  # ids of original nodes on the data path, in original order
     absorbed_ops: list[str]
     folded: list[int]  # original nodes that only computed constants for it
-    kind: str  # "fused" | "replaced" | "unchanged" | "untraced"
+    kind: str  # "fused" (many → fewer) | "replaced" (as many) | "expanded" (fewer → more) | "unchanged" | "untraced"
 
     @property
     def pattern(self) -> str:
@@ -321,8 +328,18 @@ def trace_fusions(original: Model, rewritten: Model, max_region: int = 100_000) 
 
     trace = Trace()
     covered: set[int] = set()
-    for members in clusters.values():
-        fusion = _trace_cluster(orig, rg, members, max_region)
+    fusions = [_trace_cluster(orig, rg, members, max_region) for members in clusters.values()]
+    # An original op that still stands unchanged in the rewritten graph was not absorbed by a
+    # rewrite whose walk also reached it (e.g. a Shape moved from a Conv's output to its input).
+    kept = {i for f in fusions if f.kind == "unchanged" for i in f.absorbed}
+    for fusion, members in zip(fusions, clusters.values()):
+        if fusion.kind not in ("unchanged", "untraced") and kept.intersection(fusion.absorbed):
+            path = [i for i in fusion.absorbed if i not in kept]
+            if path:
+                fusion.folded += [i for i in fusion.absorbed if i in kept]
+                fusion.absorbed = path
+                fusion.absorbed_ops = [og.node(i).op_type for i in path]
+                fusion.kind = _kind([(og.node(i).domain, og.node(i).op_type) for i in path], fusion.new_ops)
         if fusion.kind == "untraced":
             trace.inserted.extend((n.domain, n.op_type, n.name) for n in members)
         covered.update(fusion.absorbed)
@@ -331,6 +348,37 @@ def trace_fusions(original: Model, rewritten: Model, max_region: int = 100_000) 
         if node.id not in covered:
             trace.removed[node.op_type] += 1
     return trace
+
+
+def _walk_back(orig: _Original, outputs: list[str], stops: set[int], max_region: int,
+               through_shapes: bool) -> dict[int, Node] | None:
+    """Original nodes between ``outputs`` and the ``stops`` (value numbers); None when the walk
+    reaches a graph input outside the stops (the boundary was lost) or grows past ``max_region``."""
+    og = orig.graph
+    region: dict[int, Node] = {}
+    stack = [p for p in (og.producer(v) for v in outputs) if p is not None]
+    while stack:
+        node = stack.pop()
+        if node.id in region:
+            continue
+        region[node.id] = node
+        if len(region) > max_region:
+            return None
+        if not through_shapes and node.op_type in METADATA_OPS:
+            continue
+        for v in node.inputs:
+            if not v or orig.num(v) in stops:
+                continue
+            if og.is_input(v) and v not in orig.constant:
+                return None  # the walk escaped the cluster's inputs: boundary renamed
+            if not orig.is_source(v):
+                stack.append(og.producer(v))
+    return region
+
+
+def _is_layout_plumbing(domain: str, op_type: str) -> bool:
+    """NCHWc reorders only move data between layouts; they do not count as computing ops."""
+    return domain == "com.microsoft.nchwc" and op_type.startswith("Reorder")
 
 
 def _trace_cluster(orig: _Original, rg: Graph, members: list[Node], max_region: int) -> Fusion:
@@ -349,31 +397,21 @@ def _trace_cluster(orig: _Original, rg: Graph, members: list[Node], max_region: 
             stops.add(orig.num(v))
             if v not in orig.constant and not (rg.is_initializer(v) and not rg.is_input(v)):
                 dynamic.add(orig.num(v))
-    region: dict[int, Node] = {}
-    stack = [p for p in (og.producer(v) for v in outputs) if p is not None]
-    lost = False
-    while stack and not lost:
-        node = stack.pop()
-        if node.id in region:
-            continue
-        region[node.id] = node
-        if len(region) > max_region:
-            lost = True
-        for v in node.inputs:
-            if not v or orig.num(v) in stops:
-                continue
-            if og.is_input(v) and v not in orig.constant:
-                lost = True  # the walk escaped the cluster's inputs: boundary renamed
-                break
-            if not orig.is_source(v):
-                stack.append(og.producer(v))
-    if lost or not region:
+    region = _walk_back(orig, outputs, stops, max_region, through_shapes=True)
+    if region is None:
+        # A rewrite may read the shape of another tensor proven to have the same dims (shape
+        # inference); the tensor a Shape op reads is then no part of what was rewritten.
+        region = _walk_back(orig, outputs, stops, max_region, through_shapes=False)
+    if not region:
         return Fusion(new_ops, names, [], [], [], "untraced")
     ordered = sorted(region.values(), key=lambda n: orig.position[n.id])
     data_path: list[Node] = []
     fed: set[int] = set(dynamic)
+    # A shape computation the rewrite replaced by a constant is folded, not fused — unless the
+    # rewrite itself reads shapes (then the Shape ops are part of what it rewrote).
+    cut = METADATA_OPS if not any(n.op_type in METADATA_OPS for n in members) else set()
     for node in ordered:
-        if node.op_type not in METADATA_OPS and any(orig.num(v) in fed for v in node.inputs if v):
+        if node.op_type not in cut and any(orig.num(v) in fed for v in node.inputs if v):
             data_path.append(node)
             fed.update(orig.num(v) for v in node.outputs if v)
     if not data_path:
@@ -381,15 +419,21 @@ def _trace_cluster(orig: _Original, rg: Graph, members: list[Node], max_region: 
     path_ids = {n.id for n in data_path}
     folded = [n.id for n in ordered if n.id not in path_ids]
     absorbed_ops = [n.op_type for n in data_path]
-    before = sorted((n.domain or "ai.onnx", n.op_type) for n in data_path)
-    after = sorted((d or "ai.onnx", o) for d, o in new_ops)
-    if before == after:
-        kind = "unchanged"  # the same ops, at most with renamed values between them
-    elif len(data_path) == 1 and len(members) == 1:
-        kind = "replaced"
-    else:
-        kind = "fused"
+    kind = _kind([(n.domain, n.op_type) for n in data_path], new_ops)
     return Fusion(new_ops, names, [n.id for n in data_path], absorbed_ops, folded, kind)
+
+
+def _kind(old_ops: list[tuple[str, str]], new_ops: list[tuple[str, str]]) -> str:
+    before = sorted((d or "ai.onnx", o) for d, o in old_ops)
+    after = sorted((d or "ai.onnx", o) for d, o in new_ops)
+    compute = [op for op in new_ops if not _is_layout_plumbing(*op)]
+    if before == after:
+        return "unchanged"  # the same ops, at most with renamed values between them
+    if len(old_ops) > len(compute):
+        return "fused"
+    if len(old_ops) == len(compute):
+        return "replaced"
+    return "expanded"  # one op became several: a function inlined, an op decomposed
 
 
 # --------------------------------------------------------------------------- fusions side by side
@@ -400,6 +444,7 @@ def _group(fusions: list[Fusion], extra: Callable[[Fusion], dict[str, Any]] | No
     for f in fusions:
         entry = groups.setdefault(f.pattern, {
             "pattern": f.pattern,
+            "kind": f.kind,
             "from": f.absorbed_ops,
             "to": [{"domain": d or "ai.onnx", "op_type": o} for d, o in f.new_ops],
             "count": 0,
@@ -419,14 +464,15 @@ def _group(fusions: list[Fusion], extra: Callable[[Fusion], dict[str, Any]] | No
 
 
 def compare_fusions(ort: Trace, ours: Trace) -> dict[str, list[dict[str, Any]]]:
-    """Fusions found in one graph and not the other, grouped by pattern.
+    """Rewrites (fusions, replacements, expansions) found in one graph and not the other,
+    grouped by pattern.
 
-    An ORT fusion counts as done by graphtool when one graphtool node stands for the same
+    An ORT rewrite counts as done by graphtool when one graphtool node stands for the same
     original ops or a superset of them; when graphtool fused only some of them, the entry says
     what graphtool did instead (``graphtool_did``).
     """
     def rewrites(trace: Trace) -> list[Fusion]:
-        return [f for f in trace.fusions if f.kind in ("fused", "replaced")]
+        return [f for f in trace.fusions if f.kind in ("fused", "replaced", "expanded")]
 
     ort_f, our_f = rewrites(ort), rewrites(ours)
 
@@ -645,8 +691,13 @@ def graphtool_level_for(level: int, target: str) -> int:
 def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx", latency: bool = False,
             runs: int = 20, warmup: int = 3, seed: int = 0, path: str | None = None,
             feeds: dict[str, np.ndarray] | None = None,
-            on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """The ``graphtool compare`` report (schema ``graphtool.compare/1``, see ``format_compare``)."""
+            on_step: Callable[[str], None] | None = None,
+            models: dict[int, tuple[Model, Model]] | None = None) -> dict[str, Any]:
+    """The ``graphtool compare`` report (schema ``graphtool.compare/1``, see ``JSON_SCHEMA``).
+
+    ``models``, when given, receives {level: (ORT's graph, graphtool's graph)} for callers that
+    render the graphs themselves (``--html``).
+    """
     from graphtool.optimize import optimize
 
     levels = sorted(set(levels))
@@ -667,7 +718,10 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
             ours[our_level] = optimize(model, level=our_level, target=target)[0]
         if on_step:
             on_step(f"onnxruntime level {level} ({ORT_LEVELS[level]})")
-        entry = compare_level(model, ours[our_level], level, target, seed=seed, feeds=feeds)
+        ort_model = ort_optimized(model, level)
+        entry = compare_level(model, ours[our_level], level, target, ort_model=ort_model, seed=seed, feeds=feeds)
+        if models is not None:
+            models[level] = (ort_model, ours[our_level])
         entry["graphtool_level"] = our_level  # L3 compares against graphtool's L2 until it has L3 passes
         report["levels"].append(entry)
     if latency:
@@ -721,10 +775,16 @@ def format_level(entry: dict[str, Any]) -> str:
     out.append("ops only in ORT: " + (", ".join(only_ort) or "(none)"))
     out.append("ops only in graphtool: " + (", ".join(only_ours) or "(none)"))
     f = entry["fusions"]
-    out.append("fusions ORT applied that graphtool did not:")
-    out += _fusion_lines(f["ort_only"], "graphtool_did", "graphtool did")
-    out.append("fusions graphtool applied that ORT did not:")
-    out += _fusion_lines(f["graphtool_only"], "ort_did", "ORT did")
+    for key, who, other, label in (("ort_only", "ORT", "graphtool_did", "graphtool did"),
+                                   ("graphtool_only", "graphtool", "ort_did", "ORT did")):
+        other_name = "graphtool" if who == "ORT" else "ORT"
+        fused = [g for g in f[key] if g["kind"] == "fused"]
+        rest = [g for g in f[key] if g["kind"] != "fused"]
+        out.append(f"fusions {who} applied that {other_name} did not:")
+        out += _fusion_lines(fused, other, label)
+        if rest:
+            out.append(f"other rewrites only {who} did (replaced or expanded ops):")
+            out += _fusion_lines(rest, other, label)
     for side, label in (("ort", "ORT"), ("graphtool", "graphtool")):
         removed = entry[side].get("removed") or {}
         if removed:
@@ -815,11 +875,12 @@ def to_html(report: dict[str, Any], extra_sections: list[tuple[str, str]] | None
         parts.append(f"<h2>Level {entry['level']}: ORT {esc(entry['ort_level'])} vs graphtool "
                      f"L{entry.get('graphtool_level', entry['level'])}</h2>")
         parts += [f"<p class='note'>{esc(n)}</p>" for n in entry["notes"]]
-        for key, title, other, who in (("ort_only", "Fusions ORT applied that graphtool did not", "graphtool_did", "graphtool did"),
-                                       ("graphtool_only", "Fusions graphtool applied that ORT did not", "ort_did", "ORT did")):
-            rows = [[g["pattern"], g["count"], "; ".join(g.get(other) or []), ", ".join(g["examples"])]
+        for key, title, other, who in (("ort_only", "Rewrites ORT applied that graphtool did not", "graphtool_did", "graphtool did"),
+                                       ("graphtool_only", "Rewrites graphtool applied that ORT did not", "ort_did", "ORT did")):
+            rows = [[g["pattern"], g["kind"], g["count"], "; ".join(g.get(other) or []), ", ".join(g["examples"])]
                     for g in entry["fusions"][key]]
-            parts.append(f"<h3>{esc(title)}</h3>" + (_html_table(["pattern", "count", who, "examples"], rows) if rows else "<p>(none)</p>"))
+            parts.append(f"<h3>{esc(title)}</h3>"
+                         + (_html_table(["pattern", "kind", "count", who, "examples"], rows) if rows else "<p>(none)</p>"))
         rows = [[short_op("" if r["domain"] == "ai.onnx" else r["domain"], r["op_type"]), r["ort"], r["graphtool"], r["only"] or ""]
                 for r in entry["op_diff"]]
         parts.append("<h3>Op counts that differ</h3>" + (_html_table(["op", "ORT", "graphtool", "only in"], rows) if rows else "<p>(none)</p>"))
@@ -836,3 +897,30 @@ def to_html(report: dict[str, Any], extra_sections: list[tuple[str, str]] | None
         parts.append(f"<h2>{esc(title)}</h2>{fragment}")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def diff_sections(pairs: dict[int, tuple[Model, Model]], limit: int = 300) -> list[tuple[str, str]]:
+    """HTML fragments showing, per level, how graphtool's graph differs from ORT's.
+
+    Uses graphtool.diff to match the two graphs. When graphtool.render offers an HTML view of a
+    diff (``render.html.diff_fragment(result)``) it is embedded; otherwise the diff's text
+    summary is (escaped, in a <pre>). Returns [] when graphtool.diff is not available.
+    """
+    try:
+        from graphtool.diff import diff, format_diff
+    except ImportError:
+        return []
+    try:
+        from graphtool.render.html import diff_fragment  # type: ignore[attr-defined]
+    except ImportError:
+        diff_fragment = None
+    sections = []
+    for level, (ort_model, ours) in sorted(pairs.items()):
+        result = diff(ort_model, ours)
+        if diff_fragment is not None:
+            fragment = diff_fragment(result)
+        else:
+            text = format_diff(result, f"ORT L{level} ({ORT_LEVELS[level]})", "graphtool", limit=limit)
+            fragment = f"<pre>{html.escape(text)}</pre>"
+        sections.append((f"Level {level}: graph diff, ORT → graphtool", fragment))
+    return sections

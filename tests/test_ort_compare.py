@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from graphtool import io
 from graphtool.ort_compare import (
     JSON_SCHEMA,
+    LEVEL_SCHEMA,
     compare,
     compare_level,
     format_compare,
@@ -102,7 +103,7 @@ def test_names_conv_relu_to_fusedconv_that_graphtool_onnx_does_not_do():
     ort_only = {g["pattern"]: g for g in level["fusions"]["ort_only"]}
     assert set(ort_only) == {"Conv+Relu → FusedConv"}
     group = ort_only["Conv+Relu → FusedConv"]
-    assert group["count"] == 2 and group["from"] == ["Conv", "Relu"]
+    assert group["count"] == 2 and group["from"] == ["Conv", "Relu"] and group["kind"] == "fused"
     assert group["to"] == [{"domain": "com.microsoft", "op_type": "FusedConv"}]
     assert level["op_diff"] == [{"domain": "ai.onnx", "op_type": "Conv", "ort": 0, "graphtool": 2, "only": "graphtool"},
                                 {"domain": "ai.onnx", "op_type": "Relu", "ort": 0, "graphtool": 2, "only": "graphtool"},
@@ -119,6 +120,7 @@ def test_no_ort_only_fusion_when_graphtool_has_the_same_graph():
     model = io.load_proto(conv_relu_model(blocks=2))
     ort_graph = ort_optimized(model, 2)
     level = compare_level(model, ort_graph, 2, "ort", ort_model=ort_graph)
+    assert schema_errors(json.loads(json.dumps(level)), LEVEL_SCHEMA) == []  # what optimize --compare-ort embeds
     assert level["fusions"]["ort_only"] == [] and level["fusions"]["graphtool_only"] == []
     assert [g["pattern"] for g in level["fusions"]["ort"]] == ["Conv+Relu → FusedConv"]
     assert level["fusions"]["ort"] == level["fusions"]["graphtool"]

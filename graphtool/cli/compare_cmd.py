@@ -11,7 +11,7 @@ from graphtool import io
 from graphtool.cli import cli
 from graphtool.cli.output import emit
 from graphtool.errors import UsageError
-from graphtool.ort_compare import compare, format_compare, to_html
+from graphtool.ort_compare import compare, diff_sections, format_compare, to_html
 
 
 def parse_levels(text: str) -> list[int]:
@@ -22,20 +22,6 @@ def parse_levels(text: str) -> list[int]:
     if not levels or any(lv not in (1, 2, 3) for lv in levels):
         raise UsageError(f"--levels takes numbers from 1 to 3 separated by commas, not '{text}'")
     return levels
-
-
-def diff_sections(report: dict, model: object) -> list[tuple[str, str]]:
-    """Rendered graph diffs (ORT's graph vs graphtool's) when graphtool.diff/render provide them.
-
-    Optional by design: the table is the report; a diff view is added only when those modules
-    exist and expose ``diff.diff(a, b)`` and ``render.html.diff_fragment(d)``.
-    """
-    try:
-        from graphtool import diff as diff_mod  # noqa: F401
-        from graphtool.render import html as render_html  # noqa: F401
-    except ImportError:
-        return []
-    return []
 
 
 @cli.command("compare")
@@ -62,10 +48,11 @@ def compare_command(model_path: str, levels: str, target: str, latency: bool, ru
         raise UsageError(f"{html_out}: folder does not exist")
     model = io.load(model_path)
     progress = (lambda msg: click.echo(f"… {msg}", err=True)) if sys.stderr.isatty() else None
+    pairs: dict = {}
     report = compare(model, wanted, target, latency=latency, runs=runs, warmup=warmup, seed=seed,
-                     path=model_path, on_step=progress)
+                     path=model_path, on_step=progress, models=pairs if html_out else None)
     if html_out:
-        page = to_html(report, diff_sections(report, model))
+        page = to_html(report, diff_sections(pairs))
         with io.atomic_file(html_out) as handle:
             handle.write(page.encode("utf-8"))
     emit(report, as_json, format_compare(report))

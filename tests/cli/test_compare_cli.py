@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 
@@ -47,6 +48,8 @@ def test_compare_html_and_latency(run_cli, tmp_path):
     page = out.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and "<table>" in page and "Latency" in page
     assert "<script" not in page
+    if importlib.util.find_spec("graphtool.diff") is not None:  # the graph diff joins the tables
+        assert "Level 3: graph diff, ORT → graphtool" in page
 
 
 def test_compare_target_ort_is_recorded(run_cli):
