@@ -1,0 +1,102 @@
+"""MatMul(A, B) + C → Gemm(A, B, C) for 2-D operands.
+
+Gemm is MatMul plus a bias in one kernel, which ORT and most backends run faster than the pair
+(no intermediate [M, N] tensor). It is only equivalent in a narrow case, and the pass proves each
+part from declared shapes (never guesses):
+
+1. A and B have known rank 2: Gemm has no batch dimensions. A 3-D MatMul (transformers) is left
+   alone — rewriting it needs Reshapes around the Gemm, which is not a simplification.
+2. The MatMul's output is read only by the Add (and is not a graph output).
+3. C broadcasts *unidirectionally* to [M, N] — Gemm cannot broadcast the product to C's shape:
+   right-aligned against (M, N), every dim of C is a literal 1 or provably equal to M / N (same
+   integer, or the same symbolic name). So [N], [1, N], [M, 1], [M, N], [1] and scalars fold;
+   a C of unknown shape, rank > 2, or [K, N] with K unknown does not.
+4. The dtype is float, float16 or double — types whose Gemm kernels exist in onnxruntime; int
+   MatMul+Add is left alone.
+
+The Gemm writes the Add's output under its name.
+"""
+
+from __future__ import annotations
+
+from onnx import TensorProto, helper
+
+from graphtool.ir.graph import Graph, Node
+from graphtool.pass_manager import Pass, PassContext, PassResult, register
+from graphtool.passes._fuse_common import Namer, is_op, only_feeds, replace_chain
+
+_GEMM_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
+
+
+def _shape(graph: Graph, value: str) -> list[int | str | None] | None:
+    shape = graph.shape(value)
+    if shape is None:
+        array = graph.const(value)
+        if array is not None:
+            shape = list(array.shape)
+    return shape
+
+
+def _dtype(graph: Graph, value: str) -> int | None:
+    dtype = graph.dtype(value)
+    if dtype is None:
+        array = graph.const(value)
+        if array is not None:
+            try:
+                dtype = helper.np_dtype_to_tensor_dtype(array.dtype)
+            except (KeyError, TypeError, ValueError):
+                return None
+    return dtype
+
+
+def _same_dim(a: int | str | None, b: int | str | None) -> bool:
+    return a is not None and b is not None and type(a) is type(b) and a == b
+
+
+def bias_fits(bias: list[int | str | None], m: int | str | None, n: int | str | None) -> bool:
+    """Case 3: ``bias`` broadcasts to exactly (M, N) without growing it."""
+    if len(bias) > 2:
+        return False
+    for dim, target in zip(reversed(bias), (n, m)):
+        if not (dim == 1 or _same_dim(dim, target)):
+            return False
+    return True
+
+
+@register(level=1, priority=55, name="fuse-matmul-add")
+class FuseMatMulAdd(Pass):
+    """Fuse a 2-D MatMul followed by Add of a Gemm-broadcastable bias into one Gemm."""
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        fused = 0
+        namer = Namer(graph)
+        for add in graph.nodes("Add"):
+            if graph.has_node(add) and self._fuse(graph, ctx, add, namer):
+                fused += 1
+        return PassResult(fused > 0, {"fused": fused})
+
+    @staticmethod
+    def _fuse(graph: Graph, ctx: PassContext, add: Node, namer: Namer) -> bool:
+        if add.domain not in ("", "ai.onnx") or len(add.inputs) != 2 or add.inputs[0] == add.inputs[1]:
+            return False
+        for slot in (0, 1):
+            product, bias = add.inputs[slot], add.inputs[1 - slot]
+            matmul = graph.producer(product)
+            if is_op(matmul, "MatMul") and only_feeds(graph, product, add):
+                break
+        else:
+            return False
+        a, b = matmul.inputs
+        shape_a, shape_b, shape_c = _shape(graph, a), _shape(graph, b), _shape(graph, bias)
+        if shape_a is None or shape_b is None or shape_c is None or len(shape_a) != 2 or len(shape_b) != 2:
+            return False  # case 1 (and 3: unknown bias shape)
+        dtype = _dtype(graph, a) or _dtype(graph, b)
+        if dtype not in _GEMM_TYPES or _dtype(graph, bias) not in (None, dtype):
+            return False  # case 4
+        if not bias_fits(shape_c, shape_a[0], shape_b[1]):
+            return False  # case 3
+        name = namer([matmul, add], "Gemm", fallback=matmul.name)
+        absorbed = [n.name or n.op_type for n in (matmul, add)]
+        gemm = replace_chain(graph, [matmul, add], "Gemm", [a, b, bias], add.outputs[0], name=name)
+        ctx.absorbed(gemm, absorbed)
+        return True
