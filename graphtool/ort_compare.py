@@ -291,7 +291,7 @@ def _attr_bytes(node: Node, name: str) -> bytes:
 METADATA_OPS = {"Shape", "Size"}
 
 
-def trace_fusions(original: Model, rewritten: Model, max_region: int = 100_000) -> Trace:
+def trace_fusions(original: Model, rewritten: Model, max_region: int = 256) -> Trace:
     """Map every node of ``rewritten``'s main graph to the original ops it replaced.
 
     1. Values of ``rewritten`` whose names the original does not have are internal to a rewrite:
@@ -305,6 +305,8 @@ def trace_fusions(original: Model, rewritten: Model, max_region: int = 100_000) 
        as folded.
     4. A walk that reaches an original graph input the cluster does not read has lost the
        boundary (a renamed input): the cluster is reported as untraced rather than guessed.
+       So is one whose region outgrows ``max_region`` + 16 per clustered node, which keeps the
+       whole trace linear in the graph's size even when many boundaries are lost.
     """
     orig = _Original(original.graph)
     og, rg = original.graph, rewritten.graph
@@ -397,11 +399,12 @@ def _trace_cluster(orig: _Original, rg: Graph, members: list[Node], max_region: 
             stops.add(orig.num(v))
             if v not in orig.constant and not (rg.is_initializer(v) and not rg.is_input(v)):
                 dynamic.add(orig.num(v))
-    region = _walk_back(orig, outputs, stops, max_region, through_shapes=True)
+    limit = max_region + 16 * len(members)
+    region = _walk_back(orig, outputs, stops, limit, through_shapes=True)
     if region is None:
         # A rewrite may read the shape of another tensor proven to have the same dims (shape
         # inference); the tensor a Shape op reads is then no part of what was rewritten.
-        region = _walk_back(orig, outputs, stops, max_region, through_shapes=False)
+        region = _walk_back(orig, outputs, stops, limit, through_shapes=False)
     if not region:
         return Fusion(new_ops, names, [], [], [], "untraced")
     ordered = sorted(region.values(), key=lambda n: orig.position[n.id])

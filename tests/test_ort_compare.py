@@ -242,3 +242,31 @@ def test_layout_note_matches_nchwc_ops():
     entry = compare(model, levels=[3])["levels"][0]
     has_nchwc = "com.microsoft.nchwc" in entry["ort"]["op_histogram"]
     assert has_nchwc == any("NCHWc" in n for n in entry["notes"])
+
+
+def test_external_data_model_and_matmul_add_to_gemm():
+    """ORT's file of an external-data model points at the weights; they are read back in time."""
+    model = io.load(f"{FIXTURES}/external_data.onnx")
+    entry = compare(model, levels=[2])["levels"][0]
+    assert "MatMul+Add → Gemm" in [g["pattern"] for g in entry["fusions"]["ort"]]
+    assert entry["outputs"]["ort_vs_original"]["ok"] and entry["outputs"]["graphtool_vs_original"]["ok"]
+
+
+def test_inlined_function_is_an_expansion_not_a_fusion():
+    model = io.load(f"{FIXTURES}/local_function.onnx")
+    entry = compare(model, levels=[1])["levels"][0]
+    groups = {g["pattern"]: g for g in entry["fusions"]["ort"]}
+    group = groups["Standardize → ReduceMean+Sub+Mul+ReduceMean+Sqrt+Div"]
+    assert group["kind"] == "expanded" and group["count"] == 2
+    text = format_compare(entry)
+    fusions, others = text.split("fusions ORT applied that graphtool did not:")[1].split("other rewrites only ORT did")
+    assert "Standardize →" not in fusions and "Standardize → ReduceMean+Sub+Mul+ReduceMean+Sqrt+Div ×2" in others
+
+
+def test_oversized_region_is_untraced():
+    """The walk is bounded: a chain longer than the limit is reported untraced, not walked."""
+    nodes = [helper.make_node("Relu", ["x" if i == 0 else f"v{i}"], [f"v{i + 1}"]) for i in range(40)]
+    original = io.load_proto(tiny(nodes, ["x"], ["v40"]))
+    rewritten = io.load_proto(tiny([helper.make_node("Relu", ["x"], ["v40"])], ["x"], ["v40"]))
+    assert [f.kind for f in trace_fusions(original, rewritten, max_region=100).fusions] == ["fused"]
+    assert [f.kind for f in trace_fusions(original, rewritten, max_region=10).fusions] == ["untraced"]
