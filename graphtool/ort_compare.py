@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import itertools
 import os
 import statistics
 import tempfile
@@ -194,7 +195,7 @@ class Fusion:
 
     @property
     def pattern(self) -> str:
-        return f"{join_ops(self.absorbed_ops)} → {join_ops([short_op(d, o) for d, o in self.new_ops])}"
+        return f"{join_ops(self.absorbed_ops)} → {join_ops([short_op(d, o) for d, o in self.new_ops], runs=True)}"
 
 
 @dataclass
@@ -213,12 +214,16 @@ def short_op(domain: str, op_type: str) -> str:
     return f"{domain}:{op_type}"
 
 
-def join_ops(ops: list[str], limit: int = 10) -> str:
-    """``A+B+C`` in order; long lists become counts in order of first appearance (``Conv×53+…``)."""
-    if len(ops) <= limit:
-        return "+".join(ops)
+def join_ops(ops: list[str], limit: int = 10, runs: bool = False) -> str:
+    """``A+B+C`` in order (``runs``: repeats in a row as ``B×4``); long lists become counts, most
+    frequent first (``Conv×53+Relu×49+…``), so the same fusion found twice reads the same
+    whatever order its ops were visited in."""
+    if len(ops) <= limit or (runs and len(list(itertools.groupby(ops))) <= limit):
+        if not runs:
+            return "+".join(ops)
+        return "+".join(op if n == 1 else f"{op}×{n}" for op, n in ((k, len(list(g))) for k, g in itertools.groupby(ops)))
     counts = Counter(ops)
-    return "+".join(op if counts[op] == 1 else f"{op}×{counts[op]}" for op in dict.fromkeys(ops))
+    return "+".join(op if n == 1 else f"{op}×{n}" for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 class _Original:
@@ -319,18 +324,82 @@ def trace_fusions(original: Model, rewritten: Model, max_region: int = 256) -> T
             i = parent[i]
         return i
 
+    def unknown_outputs(members: Iterable[Node]) -> list[str]:
+        return [v for n in members for v in n.outputs if v and not og.has_value(v)]
+
+    # 1. values the original lacks, read by one node: producer and reader are one rewrite
     for node in nodes:
-        for value in node.inputs:
-            producer = rg.producer(value) if value and not og.has_value(value) else None
-            if producer is not None:
-                parent[find(node.id)] = find(producer.id)
-    clusters: dict[int, list[Node]] = {}
-    for node in nodes:
-        clusters.setdefault(find(node.id), []).append(node)
+        for value in unknown_outputs([node]):
+            readers = rg.consumers(value)
+            if len(readers) == 1:
+                parent[find(readers[0].id)] = find(node.id)
+
+    def grouped() -> dict[int, list[Node]]:
+        table: dict[int, list[Node]] = {}
+        for node in nodes:
+            table.setdefault(find(node.id), []).append(node)
+        return table
+
+    def headless(members: list[Node]) -> bool:
+        return not any(v and og.has_value(v) for n in members for v in n.outputs)
+
+    # 2. a cluster with no output the original knows (an NCHWc conv feeding two convs) belongs to
+    #    what reads it — unless it is a helper several self-standing rewrites share (one attention
+    #    mask for every Attention node): those stay apart and read the helper's inputs instead.
+    helpers: dict[int, list[Node]] = {}
+    while True:
+        clusters = grouped()
+        heads = {root for root, members in clusters.items() if headless(members)}
+        merged = False
+        helpers = {}
+        for root in heads:
+            readers = {find(c.id) for v in unknown_outputs(clusters[root]) for c in rg.consumers(v)} - {find(root)}
+            if not readers:
+                continue
+            layout = any(n.domain == "com.microsoft.nchwc" for n in clusters[root])  # blocked tensors: one region
+            if len(readers) == 1 or layout or readers & {find(h) for h in heads}:
+                for r in readers:
+                    parent[find(r)] = find(root)
+                merged = True
+            else:
+                helpers[root] = clusters[root]
+        if not merged:
+            break
+    helper_of = {n.id: root for root, members in helpers.items() for n in members}
+    helper_inputs: dict[int, set[str]] = {}
+
+    def inputs_of_helper(root: int) -> set[str]:
+        """The known values a helper (and the helpers it reads) computes from."""
+        if root not in helper_inputs:
+            helper_inputs[root] = set()
+            found: set[str] = set()
+            for n in helpers[root]:
+                for v in n.inputs:
+                    producer = rg.producer(v) if v else None
+                    if not v:
+                        continue
+                    if og.has_value(v):
+                        found.add(v)
+                    elif producer is not None and producer.id in helper_of and helper_of[producer.id] != root:
+                        found |= inputs_of_helper(helper_of[producer.id])
+            helper_inputs[root] = found
+        return helper_inputs[root]
+
+    clusters = {root: members for root, members in grouped().items() if root not in helpers}
+    extra: dict[int, set[str]] = {}
+    for root, members in clusters.items():
+        for n in members:
+            for v in n.inputs:
+                producer = rg.producer(v) if v else None
+                if producer is not None and producer.id in helper_of:
+                    extra.setdefault(root, set()).update(inputs_of_helper(helper_of[producer.id]))
 
     trace = Trace()
     covered: set[int] = set()
-    fusions = [_trace_cluster(orig, rg, members, max_region) for members in clusters.values()]
+    for members in helpers.values():
+        trace.inserted.extend((n.domain, n.op_type, n.name) for n in members)
+    fusions = [_trace_cluster(orig, rg, members, max_region, extra.get(root, set()))
+               for root, members in clusters.items()]
     # An original op that still stands unchanged in the rewritten graph was not absorbed by a
     # rewrite whose walk also reached it (e.g. a Shape moved from a Conv's output to its input).
     kept = {i for f in fusions if f.kind == "unchanged" for i in f.absorbed}
@@ -383,7 +452,8 @@ def _is_layout_plumbing(domain: str, op_type: str) -> bool:
     return domain == "com.microsoft.nchwc" and op_type.startswith("Reorder")
 
 
-def _trace_cluster(orig: _Original, rg: Graph, members: list[Node], max_region: int) -> Fusion:
+def _trace_cluster(orig: _Original, rg: Graph, members: list[Node], max_region: int,
+                   helper_inputs: Iterable[str] = ()) -> Fusion:
     og = orig.graph
     ids = {n.id for n in members}
     new_ops = [("" if n.domain == "ai.onnx" else n.domain, n.op_type) for n in members]
@@ -391,14 +461,14 @@ def _trace_cluster(orig: _Original, rg: Graph, members: list[Node], max_region: 
     outputs = [v for n in members for v in n.outputs if v and og.has_value(v)]
     stops: set[int] = set()
     dynamic: set[int] = set()
-    for n in members:
-        for v in n.inputs:
-            producer = rg.producer(v) if v else None
-            if not v or (producer is not None and producer.id in ids) or not og.has_value(v):
-                continue
-            stops.add(orig.num(v))
-            if v not in orig.constant and not (rg.is_initializer(v) and not rg.is_input(v)):
-                dynamic.add(orig.num(v))
+    boundary = [v for n in members for v in n.inputs] + sorted(helper_inputs)
+    for v in boundary:
+        producer = rg.producer(v) if v else None
+        if not v or (producer is not None and producer.id in ids) or not og.has_value(v):
+            continue
+        stops.add(orig.num(v))
+        if v not in orig.constant and not (rg.is_initializer(v) and not rg.is_input(v)):
+            dynamic.add(orig.num(v))
     limit = max_region + 16 * len(members)
     region = _walk_back(orig, outputs, stops, limit, through_shapes=True)
     if region is None:

@@ -242,6 +242,25 @@ def test_layout_note_matches_nchwc_ops():
     entry = compare(model, levels=[3])["levels"][0]
     has_nchwc = "com.microsoft.nchwc" in entry["ort"]["op_histogram"]
     assert has_nchwc == any("NCHWc" in n for n in entry["notes"])
+    assert entry["ort"]["untraced"] == []  # NCHWc chains join through their blocked tensors
+
+
+def test_shared_helper_does_not_merge_two_rewrites():
+    """One new value read by two self-standing rewrites (an attention mask shared by every
+    Attention node) stays a helper: the two rewrites are counted apart, the helper is listed."""
+    original = io.load_proto(tiny([
+        helper.make_node("Neg", ["m"], ["n"]),
+        helper.make_node("Mul", ["x", "n"], ["p1"]), helper.make_node("Sigmoid", ["p1"], ["o1"]),
+        helper.make_node("Mul", ["x", "n"], ["p2"]), helper.make_node("Tanh", ["p2"], ["o2"]),
+    ], ["x", "m"], ["o1", "o2"]))
+    rewritten = io.load_proto(tiny([
+        helper.make_node("Neg", ["m"], ["n_new"], name="helper"),
+        helper.make_node("Mul", ["x", "n_new"], ["q1"]), helper.make_node("Sigmoid", ["q1"], ["o1"], name="a"),
+        helper.make_node("Mul", ["x", "n_new"], ["q2"]), helper.make_node("Tanh", ["q2"], ["o2"], name="b"),
+    ], ["x", "m"], ["o1", "o2"]))
+    trace = trace_fusions(original, rewritten)
+    assert trace.inserted == [("", "Neg", "helper")]
+    assert sorted(f.pattern for f in trace.fusions) == ["Neg+Mul+Sigmoid → Mul+Sigmoid", "Neg+Mul+Tanh → Mul+Tanh"]
 
 
 def test_external_data_model_and_matmul_add_to_gemm():
