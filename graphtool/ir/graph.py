@@ -102,6 +102,10 @@ def _attr_value(value: Any) -> Any:
     if isinstance(value, AttributeProto):
         if value.ref_attr_name:
             return value  # a function-body reference to a caller's attribute: not a value
+        if value.type == AttributeProto.STRING:
+            return value.s.decode("utf-8", errors="replace")  # ONNX strings are UTF-8 text
+        if value.type == AttributeProto.STRINGS:
+            return [s.decode("utf-8", errors="replace") for s in value.strings]
         return helper.get_attribute_value(value)
     return value
 
@@ -126,6 +130,9 @@ class Graph:
         self._ids = itertools.count()
         self._minor = itertools.count(1)
         self._by_type: dict[str, dict[int, None]] = {}
+        # Ids of ops that have (or had) subgraph attributes: ``subgraphs()`` and so ``walk()`` /
+        # ``Model.graphs()`` run per pass, and must not scan 100k ops to find the few If/Loop.
+        self._owners: dict[int, None] = {}
         self._fresh = itertools.count()
 
     # ------------------------------------------------------------------ reading
@@ -252,14 +259,16 @@ class Graph:
 
     def subgraphs(self) -> Iterator[tuple[Node, str, "Graph"]]:
         """(owner node, attribute name, subgraph) for the direct subgraphs of this graph."""
-        for ids in list(self._by_type.values()):
-            for i in list(ids):
-                for key, value in self.nx.nodes[i]["attrs"].items():
-                    if isinstance(value, Graph):
-                        yield Node(self, i), key, value
-                    elif isinstance(value, list):
-                        for sub in value:
-                            yield Node(self, i), key, sub
+        data = self.nx._node
+        rank = {op_type: k for k, op_type in enumerate(self._by_type)}
+        live = [i for i in self._owners if i in data]
+        for i in sorted(live, key=lambda i: (rank[data[i]["op_type"]], i)):  # = _by_type order
+            for key, value in list(data[i]["attrs"].items()):
+                if isinstance(value, Graph):
+                    yield Node(self, i), key, value
+                elif isinstance(value, list):
+                    for sub in value:
+                        yield Node(self, i), key, sub
 
     def walk(self) -> Iterator["Graph"]:
         """This graph and every nested subgraph, depth first, children before parents."""
@@ -392,6 +401,7 @@ class Graph:
                     raise ValueError(f"value '{value}' is produced by more than one node")
                 g.add_edge(node_id, value, key=slot)
         for sub in Node(self, node_id).subgraphs():
+            self._owners[node_id] = None
             sub.parent, sub.owner = self, node_id
             for free in sub.free_values():
                 self.add_capture(node_id, free)
@@ -441,6 +451,8 @@ class Graph:
 
     def set_attr(self, node: Node, name: str, value: Any) -> None:
         data = self.nx.nodes[node.id]
+        if isinstance(value, Graph):
+            self._owners[node.id] = None
         data["attrs"][name] = value if isinstance(value, (Graph, AttributeProto)) else helper.make_attribute(name, value)
         data["attrs_dirty"] = True
 
@@ -519,11 +531,12 @@ class Graph:
             touched.extend(g.predecessors(node.id))
             produced = list(g.successors(node.id))
             self._by_type[data["op_type"]].pop(node.id, None)
+            self._owners.pop(node.id, None)
             if not self._by_type[data["op_type"]]:
                 del self._by_type[data["op_type"]]
             g.remove_node(node.id)
             for value in produced:
-                if g.degree(value) == 0 and not self.is_output(value):
+                if not g._pred[value] and not g._succ[value] and not self.is_output(value):
                     g.remove_node(value)
                     self.value_info.pop(value, None)
         for value in touched:
@@ -533,7 +546,8 @@ class Graph:
         g = self.nx
         if (
             value in g
-            and g.degree(value) == 0
+            and not g._pred[value]  # isolated; not g.degree(): O(consumers), quadratic on shared
+            and not g._succ[value]  # values like a Reshape target read by 10k nodes
             and value not in self.initializers
             and value not in self.sparse_initializers
             and not self.is_input(value)
