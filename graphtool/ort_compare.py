@@ -914,7 +914,8 @@ def format_compare(report: dict[str, Any]) -> str:
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}
 td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}th{background:#f3f3f3}td.n{text-align:right}
-.note{color:#8a5a00}.bad{color:#b00020;font-weight:bold}h2{margin-top:2em}pre{background:#f7f7f7;padding:1em;overflow:auto}"""
+.note{color:#8a5a00}.bad{color:#b00020;font-weight:bold}h2{margin-top:2em}pre{background:#f7f7f7;padding:1em;overflow:auto}
+.diff{max-width:100%;overflow:auto;border:1px solid #ddd}.diff svg{max-width:100%;height:auto}"""
 
 
 def _html_table(headers: list[str], rows: list[list[Any]]) -> str:
@@ -937,7 +938,9 @@ def to_html(report: dict[str, Any], extra_sections: list[tuple[str, str]] | None
     """
     esc = html.escape
     levels = report["levels"]
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>graphtool compare: {esc(str(report.get('model') or ''))}</title>",
+    csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"  # no script may run, whatever slips in
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><meta http-equiv='Content-Security-Policy' content=\"{csp}\">"
+             f"<title>graphtool compare: {esc(str(report.get('model') or ''))}</title>",
              f"<style>{_CSS}</style></head><body>",
              f"<h1>graphtool vs onnxruntime: {esc(str(report.get('model') or '(in memory)'))}</h1>",
              f"<p>target {esc(str(report.get('target', 'onnx')))}; original {report['original']['nodes']} nodes</p>"]
@@ -972,28 +975,38 @@ def to_html(report: dict[str, Any], extra_sections: list[tuple[str, str]] | None
     return "\n".join(parts)
 
 
-def diff_sections(pairs: dict[int, tuple[Model, Model]], limit: int = 300) -> list[tuple[str, str]]:
+def diff_sections(pairs: dict[int, tuple[Model, Model]], limit: int = 300,
+                  max_picture_changes: int = 400) -> list[tuple[str, str]]:
     """HTML fragments showing, per level, how graphtool's graph differs from ORT's.
 
-    Uses graphtool.diff to match the two graphs. When graphtool.render offers an HTML view of a
-    diff (``render.html.diff_fragment(result)``) it is embedded; otherwise the diff's text
-    summary is (escaped, in a <pre>). Returns [] when graphtool.diff is not available.
+    graphtool.diff matches the two graphs; graphtool.render.dot draws the changed nodes (added
+    green, removed red, changed amber, with one hop of context) as an inline SVG, whose text dot
+    and ``set_titles`` escape. Without those modules, or without Graphviz, or past
+    ``max_picture_changes`` changed nodes (dot would take minutes), the diff's text summary is
+    shown instead, escaped in a <pre>. Returns [] when graphtool.diff is not available.
     """
     try:
         from graphtool.diff import diff, format_diff
     except ImportError:
         return []
     try:
-        from graphtool.render.html import diff_fragment  # type: ignore[attr-defined]
+        from graphtool.render.dot import diff_picture
     except ImportError:
-        diff_fragment = None
+        diff_picture = None
+    from graphtool.errors import GraphtoolError
+
     sections = []
     for level, (ort_model, ours) in sorted(pairs.items()):
         result = diff(ort_model, ours)
-        if diff_fragment is not None:
-            fragment = diff_fragment(result)
-        else:
-            text = format_diff(result, f"ORT L{level} ({ORT_LEVELS[level]})", "graphtool", limit=limit)
-            fragment = f"<pre>{html.escape(text)}</pre>"
-        sections.append((f"Level {level}: graph diff, ORT → graphtool", fragment))
+        label = f"ORT L{level} ({ORT_LEVELS[level]})"
+        text = format_diff(result, label, "graphtool", limit=limit)
+        fragment = f"<pre>{html.escape(text)}</pre>"
+        changes = sum(result.counts[k] for k in ("added", "removed", "changed"))
+        if diff_picture is not None and 0 < changes <= max_picture_changes:
+            try:
+                svg = diff_picture(result).svg()
+                fragment = f"<div class='diff'>{svg[svg.find('<svg'):]}</div>" + fragment
+            except GraphtoolError:
+                pass  # no Graphviz: the text alone
+        sections.append((f"Level {level}: graph diff, {label} → graphtool", fragment))
     return sections

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ from graphtool.ort_compare import (
     LEVEL_SCHEMA,
     compare,
     compare_level,
+    diff_sections,
     format_compare,
     measure_latency,
     ort_optimized,
@@ -209,13 +211,15 @@ def test_schema_checker_rejects_a_broken_report():
 def test_html_escapes_names_from_the_model():
     hostile = '<script>alert("x")</script>'
     model = io.load_proto(conv_relu_model(blocks=1, conv_name=hostile))
-    report = compare(model, levels=[2], path="a<b>.onnx")
+    pairs: dict = {}
+    report = compare(model, levels=[2], path="a<b>.onnx", models=pairs)
     assert any(hostile in e for g in report["levels"][0]["fusions"]["ort_only"] for e in g["examples"])
-    page = to_html(report)
+    page = to_html(report, diff_sections(pairs))  # the graph diff (SVG or text) carries the name too
+    assert "Content-Security-Policy" in page
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "a&lt;b&gt;.onnx" in page
     assert page.startswith("<!DOCTYPE html>") and "Conv+Relu → FusedConv" in page
-    assert "http://" not in page and "https://" not in page  # self-contained
+    assert not re.search(r"""(src|href)\s*=\s*["']?https?:""", page) and "<link" not in page  # self-contained
 
 
 def test_latency_rows_and_baseline():

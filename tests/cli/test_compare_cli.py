@@ -49,7 +49,7 @@ def test_compare_html_and_latency(run_cli, tmp_path):
     assert page.startswith("<!DOCTYPE html>") and "<table>" in page and "Latency" in page
     assert "<script" not in page
     if importlib.util.find_spec("graphtool.diff") is not None:  # the graph diff joins the tables
-        assert "Level 3: graph diff, ORT → graphtool" in page
+        assert "Level 3: graph diff, ORT L3 (all) → graphtool" in page
 
 
 def test_compare_target_ort_is_recorded(run_cli):
