@@ -296,25 +296,9 @@ def _attr_bytes(node: Node, name: str) -> bytes:
 METADATA_OPS = {"Shape", "Size"}
 
 
-def trace_fusions(original: Model, rewritten: Model, max_region: int = 256) -> Trace:
-    """Map every node of ``rewritten``'s main graph to the original ops it replaced.
-
-    1. Values of ``rewritten`` whose names the original does not have are internal to a rewrite:
-       nodes joined by such values form one cluster (usually a single node).
-    2. A cluster's boundary is its inputs and outputs that the original also has. Walking the
-       original back from the producers of the boundary outputs, stopping at boundary inputs
-       (or values provably equal to them), graph inputs and initializers, gives the region it
-       replaced.
-    3. Region nodes fed (transitively) by a non-constant boundary input are the fused data path;
-       the rest only computed constants or shapes (a Constant, a Shape→Gather chain) and count
-       as folded.
-    4. A walk that reaches an original graph input the cluster does not read has lost the
-       boundary (a renamed input): the cluster is reported as untraced rather than guessed.
-       So is one whose region outgrows ``max_region`` + 16 per clustered node, which keeps the
-       whole trace linear in the graph's size even when many boundaries are lost.
-    """
-    orig = _Original(original.graph)
-    og, rg = original.graph, rewritten.graph
+def _clusters(og: Graph, rg: Graph) -> tuple[dict[int, list[Node]], dict[int, list[Node]], dict[int, set[str]]]:
+    """Group the rewritten graph's nodes into rewrites: (clusters, shared helpers, and for each
+    cluster the known values its helpers read, which serve it as extra boundary inputs)."""
     nodes = rg.topological_order()
     parent = {n.id: n.id for n in nodes}
 
@@ -394,6 +378,30 @@ def trace_fusions(original: Model, rewritten: Model, max_region: int = 256) -> T
                 if producer is not None and producer.id in helper_of:
                     extra.setdefault(root, set()).update(inputs_of_helper(helper_of[producer.id]))
 
+    return clusters, helpers, extra
+
+
+def trace_fusions(original: Model, rewritten: Model, max_region: int = 256) -> Trace:
+    """Map every node of ``rewritten``'s main graph to the original ops it replaced.
+
+    1. Values of ``rewritten`` whose names the original does not have are internal to a rewrite:
+       nodes joined by such values form one cluster (usually a single node).
+    2. A cluster's boundary is its inputs and outputs that the original also has. Walking the
+       original back from the producers of the boundary outputs, stopping at boundary inputs
+       (or values provably equal to them), graph inputs and initializers, gives the region it
+       replaced.
+    3. Region nodes fed (transitively) by a non-constant boundary input are the fused data path;
+       the rest only computed constants or shapes (a Constant, a Shape→Gather chain) and count
+       as folded.
+    4. A walk that reaches an original graph input the cluster does not read has lost the
+       boundary (a renamed input): the cluster is reported as untraced rather than guessed.
+       So is a new helper that several rewrites read (one attention mask for every Attention
+       node; each of them is traced on its own), and a cluster whose region outgrows ``max_region`` + 16 per clustered node, which keeps the
+       whole trace linear in the graph's size even when many boundaries are lost.
+    """
+    orig = _Original(original.graph)
+    og, rg = original.graph, rewritten.graph
+    clusters, helpers, extra = _clusters(og, rg)
     trace = Trace()
     covered: set[int] = set()
     for members in helpers.values():
@@ -997,9 +1005,13 @@ def diff_sections(pairs: dict[int, tuple[Model, Model]], limit: int = 300,
 
     sections = []
     for level, (ort_model, ours) in sorted(pairs.items()):
-        result = diff(ort_model, ours)
         label = f"ORT L{level} ({ORT_LEVELS[level]})"
-        text = format_diff(result, label, "graphtool", limit=limit)
+        try:
+            result = diff(ort_model, ours)
+            text = format_diff(result, label, "graphtool", limit=limit)
+        except Exception as err:  # an add-on view: its failure must not take the report down
+            sections.append((f"Level {level}: graph diff", f"<p class='bad'>graph diff failed: {html.escape(repr(err))}</p>"))
+            continue
         fragment = f"<pre>{html.escape(text)}</pre>"
         changes = sum(result.counts[k] for k in ("added", "removed", "changed"))
         if diff_picture is not None and 0 < changes <= max_picture_changes:
