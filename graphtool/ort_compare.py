@@ -67,6 +67,8 @@ _FUSION_GROUP = {
         "examples": {"type": "array", "items": {"type": "string"}},  # names of rewritten nodes
         "graphtool_did": {"type": "array", "items": {"type": "string"}},  # in ort_only: what graphtool did instead
         "ort_did": {"type": "array", "items": {"type": "string"}},  # in graphtool_only: what ORT did instead
+        # layout clusters: per-node fusions read from attributes, e.g. {"Conv+Sum+Relu → nchwc.Conv": 16}
+        "details": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 1}},
     },
 }
 _SIDE = {
@@ -192,6 +194,7 @@ class Fusion:
     absorbed_ops: list[str]
     folded: list[int]  # original nodes that only computed constants for it
     kind: str  # "fused" (many → fewer) | "replaced" (as many) | "expanded" (fewer → more) | "unchanged" | "untraced"
+    details: Counter = field(default_factory=Counter)  # what the new nodes fused in by attribute (NCHWc)
 
     @property
     def pattern(self) -> str:
@@ -501,7 +504,23 @@ def _trace_cluster(orig: _Original, rg: Graph, members: list[Node], max_region: 
     folded = [n.id for n in ordered if n.id not in path_ids]
     absorbed_ops = [n.op_type for n in data_path]
     kind = _kind([(n.domain, n.op_type) for n in data_path], new_ops)
-    return Fusion(new_ops, names, [n.id for n in data_path], absorbed_ops, folded, kind)
+    details = Counter(d for d in (_fused_inside(n) for n in members) if d)
+    return Fusion(new_ops, names, [n.id for n in data_path], absorbed_ops, folded, kind, details)
+
+
+def _fused_inside(node: Node) -> str:
+    """What one node of a layout cluster fused in through attributes and extra inputs: an NCHWc
+    Conv carries its activation as an attribute and the residual Sum as a 4th input."""
+    if node.domain != "com.microsoft.nchwc" or node.op_type != "Conv":
+        return ""
+    ops = ["Conv"]
+    inputs = node.inputs
+    if len(inputs) > 3 and inputs[3]:
+        ops.append("Sum")
+    activation = node.attr("activation")
+    if activation:
+        ops.append(activation.decode() if isinstance(activation, bytes) else str(activation))
+    return "+".join(ops) + " → nchwc.Conv"
 
 
 def _kind(old_ops: list[tuple[str, str]], new_ops: list[tuple[str, str]]) -> str:
@@ -536,6 +555,10 @@ def _group(fusions: list[Fusion], extra: Callable[[Fusion], dict[str, Any]] | No
             shown = [n or "(unnamed)" for n in f.new_names[:MAX_EXAMPLES]]
             more = len(f.new_names) - len(shown)
             entry["examples"].append(" + ".join(shown) + (f" + {more} more" if more > 0 else ""))
+        if f.details:
+            details = entry.setdefault("details", {})
+            for key, n in f.details.items():
+                details[key] = details.get(key, 0) + n
         if extra is not None:
             for key, value in extra(f).items():
                 bucket = entry.setdefault(key, [])
@@ -841,6 +864,8 @@ def _fusion_lines(groups: list[dict[str, Any]], other_key: str | None = None, wh
             line += f"   ({who}: {'; '.join(g[other_key])})"
         line += f"   e.g. {g['examples'][0]}" if g["examples"] else ""
         lines.append(line)
+        if g.get("details"):
+            lines.append("      inside: " + ", ".join(f"{k} ×{n}" for k, n in sorted(g["details"].items(), key=lambda kv: -kv[1])))
     return lines or ["  (none)"]
 
 

@@ -247,6 +247,9 @@ def test_layout_note_matches_nchwc_ops():
     has_nchwc = "com.microsoft.nchwc" in entry["ort"]["op_histogram"]
     assert has_nchwc == any("NCHWc" in n for n in entry["notes"])
     assert entry["ort"]["untraced"] == []  # NCHWc chains join through their blocked tensors
+    if has_nchwc:  # each NCHWc Conv carries the fused Relu as its activation attribute
+        details = {k: v for g in entry["fusions"]["ort"] for k, v in g.get("details", {}).items()}
+        assert details == {"Conv+Relu → nchwc.Conv": 2}
 
 
 def test_shared_helper_does_not_merge_two_rewrites():
