@@ -1,0 +1,185 @@
+"""Attention fusion: com.microsoft Attention/MultiHeadAttention (--target ort), ONNX Attention (opset 23)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphtool import io
+from graphtool.optimize import optimize
+from tests.conftest import FIXTURES
+from tests.passes.ort_helpers import assert_same_outputs, ops, run
+
+B, S, H, N = 2, 5, 16, 4
+HD = H // N
+
+
+def attention_model(
+    opset: int = 17,
+    mask: bool = True,
+    causal: bool = False,
+    packed: bool = False,
+    weights_as_inputs: bool = False,
+    k_perm: tuple[int, ...] = (0, 2, 3, 1),
+    softmax_axis: int = -1,
+    scores_output: bool = False,
+    causal_fill: float = -3.4028234663852886e38,
+    seq: int | str = "seq",
+) -> onnx.ModelProto:
+    """One BERT/GPT-2-style self-attention block as the exporters write it."""
+    rng = np.random.default_rng(0)
+    f32 = np.float32
+    inits = [
+        numpy_helper.from_array(np.array([0, 0, N, HD], np.int64), "split_heads"),
+        numpy_helper.from_array(np.array([0, 0, H], np.int64), "merge_heads"),
+        numpy_helper.from_array(np.array(float(np.sqrt(HD)), f32), "sqrt_d"),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", seq, H])]
+    nodes = []
+    if packed:
+        inits += [numpy_helper.from_array((rng.standard_normal((H, 3 * H)) * 0.3).astype(f32), "W"),
+                  numpy_helper.from_array((rng.standard_normal(3 * H) * 0.1).astype(f32), "b"),
+                  numpy_helper.from_array(np.array([H, H, H], np.int64), "thirds")]
+        nodes += [helper.make_node("MatMul", ["x", "W"], ["qkv_mm"]),
+                  helper.make_node("Add", ["qkv_mm", "b"], ["qkv"]),
+                  helper.make_node("Split", ["qkv", "thirds"], ["q", "k", "v"], axis=2)]
+    else:
+        for p in "qkv":
+            w = (rng.standard_normal((H, H)) * 0.3).astype(f32)
+            if weights_as_inputs:
+                inputs.append(helper.make_tensor_value_info(f"W{p}", TensorProto.FLOAT, [H, H]))
+            else:
+                inits.append(numpy_helper.from_array(w, f"W{p}"))
+            inits.append(numpy_helper.from_array((rng.standard_normal(H) * 0.1).astype(f32), f"b{p}"))
+            nodes += [helper.make_node("MatMul", ["x", f"W{p}"], [f"{p}_mm"]),
+                      helper.make_node("Add", [f"b{p}", f"{p}_mm"], [p])]
+    for p, perm in (("q", (0, 2, 1, 3)), ("k", k_perm), ("v", (0, 2, 1, 3))):
+        nodes += [helper.make_node("Reshape", [p, "split_heads"], [f"{p}4"]),
+                  helper.make_node("Transpose", [f"{p}4"], [f"{p}t"], perm=list(perm))]
+    nodes += [helper.make_node("MatMul", ["qt", "kt"], ["scores"]),
+              helper.make_node("Div", ["scores", "sqrt_d"], ["scaled"])]
+    last = "scaled"
+    if causal:
+        tril = np.tril(np.ones((16, 16), dtype=bool)).reshape(1, 1, 16, 16)
+        inits += [numpy_helper.from_array(tril, "tril"), numpy_helper.from_array(np.array([0], np.int64), "zero"),
+                  numpy_helper.from_array(np.array([2], np.int64), "ax2"), numpy_helper.from_array(np.array([3], np.int64), "ax3"),
+                  numpy_helper.from_array(np.array(causal_fill, f32), "fill")]
+        nodes += [helper.make_node("Shape", ["x"], ["seq_len"], start=1, end=2),
+                  helper.make_node("Slice", ["tril", "zero", "seq_len", "ax2"], ["rows"]),
+                  helper.make_node("Slice", ["rows", "zero", "seq_len", "ax3"], ["causal"]),
+                  helper.make_node("Where", ["causal", last, "fill"], ["masked"])]
+        last = "masked"
+    if mask:
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["batch", 1, 1, seq]))
+        nodes.append(helper.make_node("Add", [last, "mask"], ["biased"]))
+        last = "biased"
+    nodes += [helper.make_node("Softmax", [last], ["probs"], axis=softmax_axis),
+              helper.make_node("MatMul", ["probs", "vt"], ["ctx"]),
+              helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ctx_t", "merge_heads"], ["y"])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", seq, H])]
+    if scores_output:
+        outputs.append(helper.make_tensor_value_info("scaled", TensorProto.FLOAT, None))
+    graph = helper.make_graph(nodes, "attention", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def feeds(model: onnx.ModelProto, seq: int = S) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(1)
+    out = {"x": rng.standard_normal((B, seq, H)).astype(np.float32)}
+    names = {i.name for i in model.graph.input}
+    if "mask" in names:
+        keep = rng.integers(0, 2, size=(B, 1, 1, seq)).astype(np.float32)
+        out["mask"] = (1.0 - keep) * -10000.0
+    for p in "qkv":
+        if f"W{p}" in names:
+            out[f"W{p}"] = (rng.standard_normal((H, H)) * 0.3).astype(np.float32)
+    return out
+
+
+def test_bert_style_block_becomes_one_attention_op():
+    proto = attention_model()
+    original, fused, _ = run(proto, ["fuse-attention-ort"])
+    counts = ops(fused)
+    assert counts["com.microsoft:Attention"] == 1
+    assert not {"Softmax", "Transpose", "Reshape", "MatMul"} & set(counts)  # projections packed in
+    assert fused.opset("com.microsoft") == 1
+    node = fused.graph.nodes("Attention")[0]
+    assert node.attr("num_heads") == N and node.attr("scale") == pytest.approx(1 / np.sqrt(HD))
+    assert counts["Expand"] == 1  # the [B,1,1,S] mask broadcast to [B,1,S,S] for the kernel
+    assert_same_outputs(original, fused, feeds(proto))
+    assert_same_outputs(original, fused, feeds(proto, seq=7))  # the sequence dim stays dynamic
+
+
+def test_causal_packed_gpt2_style_block():
+    proto = attention_model(mask=False, causal=True, packed=True)
+    original, fused, _ = run(proto, ["fuse-attention-ort", "dead-code-elimination"])
+    node = fused.graph.nodes("Attention")[0]
+    assert node.attr("unidirectional") == 1
+    assert set(ops(fused)) == {"com.microsoft:Attention"}
+    assert_same_outputs(original, fused, feeds(proto))
+
+
+def test_non_constant_weights_use_multi_head_attention():
+    proto = attention_model(weights_as_inputs=True)
+    original, fused, _ = run(proto, ["fuse-attention-ort"])
+    counts = ops(fused)
+    assert counts["com.microsoft:MultiHeadAttention"] == 1 and counts["MatMul"] == 3
+    assert_same_outputs(original, fused, feeds(proto))
+
+
+def test_onnx_attention_at_opset_23_and_not_below():
+    proto = attention_model(opset=23, causal=True)
+    original, fused, _ = run(proto, ["fuse-attention"], target="onnx")
+    counts = ops(fused)
+    assert counts["Attention"] == 1 and "com.microsoft" not in fused.opset_imports
+    assert fused.graph.nodes("Attention")[0].attr("is_causal") == 1
+    assert_same_outputs(original, fused, feeds(proto))
+    _, untouched, _ = run(attention_model(opset=22), ["fuse-attention"], target="onnx")
+    assert "Attention" not in ops(untouched)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"k_perm": (0, 2, 1, 3)},  # q·k without transposing k: not attention
+        {"softmax_axis": 2},  # normalizes over queries
+        {"scores_output": True},  # the scaled scores are read outside the pattern
+        {"causal": True, "causal_fill": -10.0},  # a soft mask the kernel's causal mask is not
+    ],
+)
+def test_refuses_what_it_cannot_prove(kwargs):
+    proto = attention_model(**kwargs)
+    original, result, _ = run(proto, ["fuse-attention-ort"])
+    assert "com.microsoft:Attention" not in ops(result)
+    assert ops(result) == ops(original)
+
+
+def test_refuses_rank_4_input():
+    """[a, b, 1, H] reshaped to [a, b, N, h] is legal, but the fused op needs a 3-D input."""
+    proto = attention_model(mask=False)
+    x = proto.graph.input[0]
+    x.CopyFrom(helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 1, H]))
+    _, result, _ = run(proto, ["fuse-attention-ort"])
+    assert "com.microsoft:Attention" not in ops(result)
+
+
+@pytest.mark.parametrize("name", ["bert_ts", "bert_dynamo", "gpt2_ts", "gpt2_dynamo", "vit_ts", "vit_dynamo"])
+def test_torch_exports_fuse_every_layer(name):
+    """Both exporters, after the level-1 cleanups: one Attention per layer, outputs as torch's."""
+    path = os.path.join(FIXTURES, "torch", f"{name}.onnx")
+    model = io.load(path)
+    fused, _, _ = optimize(model, level=2, target="ort")
+    assert ops(fused)["com.microsoft:Attention"] == 2
+    inputs = dict(np.load(path[:-5] + ".inputs.npz"))
+    expected = dict(np.load(path[:-5] + ".expected.npz"))
+    from graphtool.runtime import make_session
+
+    sess = make_session(fused)
+    got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, inputs)))
+    for key, value in expected.items():
+        np.testing.assert_allclose(got[key], value, atol=2e-4, rtol=1e-3)

@@ -1,0 +1,128 @@
+"""GELU family → com.microsoft Gelu / FastGelu / BiasGelu / QuickGelu (--target ort)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.passes.ort_helpers import assert_same_outputs, ops, run
+
+H = 8
+
+
+def _model(nodes, inits, opset=17, x_shape=("batch", 3, H), out="y"):
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _c(name, value, dtype=np.float32):
+    return numpy_helper.from_array(np.asarray(value, dtype), name)
+
+
+def bias_erf_gelu(opset=17, bias_shape=(H,)):
+    """Add(x, bias) then x·0.5·(1 + Erf(x/√2)), as BERT's TorchScript export writes it."""
+    rng = np.random.default_rng(0)
+    inits = [_c("bias", rng.standard_normal(bias_shape)), _c("sqrt2", math.sqrt(2.0)), _c("one", 1.0), _c("half", 0.5)]
+    nodes = [
+        helper.make_node("Add", ["x", "bias"], ["a"]),
+        helper.make_node("Div", ["a", "sqrt2"], ["d"]),
+        helper.make_node("Erf", ["d"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["p"]),
+        helper.make_node("Mul", ["a", "p"], ["m"]),
+        helper.make_node("Mul", ["m", "half"], ["y"]),
+    ]
+    return _model(nodes, inits, opset)
+
+
+def bias_tanh_gelu(opset=17):
+    rng = np.random.default_rng(1)
+    inits = [_c("bias", rng.standard_normal(H)), _c("half", 0.5), _c("three", 3.0), _c("k", 0.044715),
+             _c("s", math.sqrt(2 / math.pi)), _c("one", 1.0)]
+    nodes = [
+        helper.make_node("Add", ["x", "bias"], ["a"]),
+        helper.make_node("Mul", ["a", "half"], ["h"]),
+        helper.make_node("Pow", ["a", "three"], ["c"]),
+        helper.make_node("Mul", ["c", "k"], ["ck"]),
+        helper.make_node("Add", ["a", "ck"], ["inner"]),
+        helper.make_node("Mul", ["inner", "s"], ["arg"]),
+        helper.make_node("Tanh", ["arg"], ["t"]),
+        helper.make_node("Add", ["t", "one"], ["p"]),
+        helper.make_node("Mul", ["h", "p"], ["y"]),
+    ]
+    return _model(nodes, inits, opset)
+
+
+def test_erf_gelu_with_bias_becomes_bias_gelu_below_opset_20():
+    proto = bias_erf_gelu()
+    original, fused, _ = run(proto, ["ort-gelu", "ort-bias-gelu"])
+    assert ops(fused) == {"com.microsoft:BiasGelu": 1}
+    assert fused.opset("com.microsoft") == 1
+    assert_same_outputs(original, fused)
+
+
+def test_tanh_gelu_with_bias_becomes_fast_gelu():
+    proto = bias_tanh_gelu()
+    original, fused, _ = run(proto, ["ort-gelu", "ort-bias-gelu"])
+    assert ops(fused) == {"com.microsoft:FastGelu": 1}
+    assert len(fused.graph.nodes("FastGelu")[0].inputs) == 2  # the bias went in
+    assert_same_outputs(original, fused)
+
+
+def test_standard_gelu_at_opset_20_takes_the_bias():
+    """Opset 20: level 1 writes Gelu; level 2 (ort) folds the bias Add into BiasGelu."""
+    proto = bias_erf_gelu(opset=20)
+    original, fused, _ = run(proto, ["fuse-gelu", "ort-gelu", "ort-bias-gelu"])
+    assert ops(fused) == {"com.microsoft:BiasGelu": 1}
+    assert_same_outputs(original, fused)
+
+
+def test_bias_that_would_broadcast_is_refused():
+    """x's last dim is 1: Add broadcasts it to H, which BiasGelu (a per-row bias add) cannot."""
+    proto = bias_erf_gelu()
+    proto.graph.input[0].CopyFrom(helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 1]))
+    original, fused, _ = run(proto, ["ort-gelu", "ort-bias-gelu"])
+    assert ops(fused) == {"com.microsoft:Gelu": 1, "Add": 1}
+    assert_same_outputs(original, fused)
+
+
+def test_gelu_input_read_elsewhere_keeps_the_add():
+    proto = bias_erf_gelu()
+    proto.graph.output.append(helper.make_tensor_value_info("a", TensorProto.FLOAT, None))
+    original, fused, _ = run(proto, ["ort-gelu", "ort-bias-gelu"])
+    assert ops(fused) == {"com.microsoft:Gelu": 1, "Add": 1}
+    assert_same_outputs(original, fused)
+
+
+@pytest.mark.parametrize("alpha", [1.702, 1.0])
+def test_quick_gelu_and_silu(alpha):
+    inits = [_c("alpha", alpha)]
+    nodes = []
+    sig_in = "x"
+    if alpha != 1.0:
+        nodes.append(helper.make_node("Mul", ["x", "alpha"], ["ax"]))
+        sig_in = "ax"
+    nodes += [helper.make_node("Sigmoid", [sig_in], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])]
+    proto = _model(nodes, inits if alpha != 1.0 else [])
+    original, fused, _ = run(proto, ["ort-quick-gelu"])
+    assert ops(fused) == {"com.microsoft:QuickGelu": 1}
+    assert fused.graph.nodes("QuickGelu")[0].attr("alpha") == pytest.approx(alpha)
+    assert_same_outputs(original, fused)
+
+
+def test_sigmoid_of_something_else_is_not_quick_gelu():
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Mul", ["r", "s"], ["y"])]
+    _, fused, _ = run(_model(nodes, []), ["ort-quick-gelu"])
+    assert "com.microsoft:QuickGelu" not in ops(fused)
+
+
+def test_onnx_target_never_emits_contrib_ops():
+    _, fused, _ = run(bias_erf_gelu(), level=2, target="onnx")
+    assert all(n.domain in ("", "ai.onnx") for n in fused.graph.nodes())
+    assert "com.microsoft" not in fused.opset_imports
