@@ -154,7 +154,11 @@ def gc_paused() -> Iterator[None]:
 def from_onnx(proto: ModelProto, base_dir: str | None = None) -> Model:
     """Build the IR. Raises BadModel/UnsafePath for models that cannot be represented safely."""
     with gc_paused():
-        return _from_onnx(proto, base_dir)
+        try:
+            return _from_onnx(proto, base_dir)
+        except UnicodeDecodeError:
+            # proto2 strings are not validated by the parser; Python decodes them on access
+            raise BadModel("a name or string field of the model is not valid UTF-8") from None
 
 
 def _from_onnx(proto: ModelProto, base_dir: str | None) -> Model:
