@@ -16,7 +16,7 @@ from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProt
 from graphtool.errors import BadModel
 from graphtool.ir.graph import CAPTURE, Graph
 from graphtool.ir.model import Function, Model
-from graphtool.ir.tensor import Tensor, is_external, resolve_external
+from graphtool.ir.tensor import Tensor, check_tensor, is_external, resolve_external
 
 
 def shell_of(proto: Message, skip: Iterable[str]) -> Message:
@@ -46,6 +46,7 @@ class _Loader:
         self.base_dir = base_dir
 
     def tensor(self, proto: TensorProto) -> Tensor:
+        check_tensor(proto)
         if is_external(proto):
             if self.base_dir is None:
                 raise BadModel(f"tensor '{proto.name}' uses external data but the model has no folder")
@@ -88,8 +89,8 @@ class _Loader:
                 elif attr.type == AttributeProto.GRAPHS:
                     attrs[attr.name] = [self.graph(sub, graph, ir_version) for sub in attr.graphs]
                 else:
-                    if attr.type == AttributeProto.TENSOR and is_external(attr.t):
-                        self.tensor(attr.t)  # path guard only; Constant keeps its proto
+                    if attr.type == AttributeProto.TENSOR and not attr.ref_attr_name:
+                        self.tensor(attr.t)  # size and path guard only; Constant keeps its proto
                     attrs[attr.name] = attr
             node_id = graph._new_op(node.op_type, node.domain, node.name, attrs, node, (index, 0))
             try:

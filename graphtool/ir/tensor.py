@@ -131,6 +131,51 @@ class Tensor:
             self._array = None
 
 
+_PACKED_BITS = {TensorProto.INT4: 4, TensorProto.UINT4: 4, getattr(TensorProto, "FLOAT4E2M1", -1): 4,
+                getattr(TensorProto, "INT2", -2): 2, getattr(TensorProto, "UINT2", -3): 2,
+                getattr(TensorProto, "FLOAT6E2M3", -4): 6, getattr(TensorProto, "FLOAT6E3M2", -5): 6}
+# the typed field a dense tensor of this type keeps its values in, and how many entries per element
+_TYPED_FIELD = {
+    TensorProto.FLOAT: ("float_data", 1), TensorProto.COMPLEX64: ("float_data", 2),
+    TensorProto.DOUBLE: ("double_data", 1), TensorProto.COMPLEX128: ("double_data", 2),
+    TensorProto.INT64: ("int64_data", 1), TensorProto.UINT32: ("uint64_data", 1), TensorProto.UINT64: ("uint64_data", 1),
+    TensorProto.STRING: ("string_data", 1),
+    **{t: ("int32_data", 1) for t in (TensorProto.INT32, TensorProto.INT16, TensorProto.INT8, TensorProto.UINT16,
+                                      TensorProto.UINT8, TensorProto.BOOL, TensorProto.FLOAT16, TensorProto.BFLOAT16)},
+}
+
+
+def check_tensor(proto: TensorProto) -> None:
+    """Refuse a tensor whose metadata lies, from metadata alone (no decode): an unknown data
+    type, a negative dim, or inline data whose length disagrees with the dims. Such a tensor would
+    otherwise fail deep inside numpy, or make ``save`` materialize a claimed 10**12 elements."""
+    from graphtool.errors import BadModel
+
+    name = proto.name
+    if proto.data_type == TensorProto.UNDEFINED or proto.data_type not in TensorProto.DataType.values():
+        raise BadModel(f"tensor '{name}' has an unknown data type {proto.data_type}")
+    if any(d < 0 for d in proto.dims):
+        raise BadModel(f"tensor '{name}' has a negative dim: {list(proto.dims)}")
+    if is_external(proto) or proto.HasField("segment"):
+        return
+    size = 1
+    for d in proto.dims:
+        size *= d
+    if proto.HasField("raw_data"):
+        if proto.data_type == TensorProto.STRING:
+            raise BadModel(f"tensor '{name}': a string tensor cannot keep its values in raw_data")
+        bits = _PACKED_BITS.get(proto.data_type)
+        expected = (size * bits + 7) // 8 if bits else size * int(element_size(proto.data_type))
+        got, unit = len(proto.raw_data), "bytes"
+    else:
+        field, per = _TYPED_FIELD.get(proto.data_type, (None, 1))
+        if field is None:
+            return
+        expected, got, unit = size * per, len(getattr(proto, field)), f"{field} entries"
+    if got != expected:
+        raise BadModel(f"tensor '{name}' holds {got} {unit} of data, but dims {list(proto.dims)} need {expected}")
+
+
 def resolve_external(proto: TensorProto, base_dir: str) -> ExternalRef:
     """The checked location of an external tensor's bytes. Raises UnsafePath / BadModel.
 
