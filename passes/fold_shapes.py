@@ -1,0 +1,746 @@
+"""Shape folding: shape arithmetic that reads only static dims becomes a constant, and equal
+shape values are computed once.
+
+Exporters compute reshape targets at run time: ``Shape(x) → Gather(2) → Unsqueeze → Concat →
+Reshape``. Whatever in that chain depends only on static dims (a hidden size, a head count) is a
+constant, even when other dims of ``x`` are symbolic (batch, sequence). This pass gives every
+small integer tensor built from ``Shape``/``Size`` and constants a *symbolic value*: its
+elements, each an ``int`` (static), a ``str`` (a named symbolic dim) or a ``(value, i)`` token
+("dim i of value", when nothing better is known). Values flow through Gather, Slice, Concat,
+Unsqueeze, Squeeze, Cast, Identity, Reshape, Equal, Where and integer Add/Sub/Mul/Div (where the
+result is decided: ``S - S = 0``, ``S * 1 = S``, a dim never equals -1). The rewrites, in order:
+
+1. **Static values** (every element an ``int``) become initializers of the same name (``Constant``
+   ops in function bodies); the ops that only fed them are removed. ``Shape``/``Size`` of a fully
+   static tensor is the simplest instance; ``Shape(x)[2]`` of an ``[N, S, 64]`` tensor another.
+2. **Reshape copies**: ``Reshape(x, t)`` whose every non-static element ``i`` of ``t`` is dim ``i``
+   of ``x`` itself gets the constant target with 0 there ("keep input dim", allowzero=0 only).
+3. **Equal values are one value**: a scalar dim whose name a graph input declares is read from
+   that input (``Gather(Shape(input), j)``); any other value equal to an earlier one (same
+   elements, rank and dtype) is replaced by the earlier one. This trusts, as ONNX Runtime's
+   ShapeInputMerge does, that one dim name is one size — names that ONNX shape inference made up
+   (``unk__N``) come from one inference run and are compared only within it.
+4. **Rebuild**: a non-static 1-D value whose computation is costlier than ``Concat`` of pieces
+   that already exist (earlier 1-D values holding one symbolic dim, or ``Unsqueeze`` of an
+   earlier scalar, plus constant runs) is rebuilt from them when that removes more ops than it adds.
+
+Refused: values with an element nothing is known about, dtypes other than int32/int64/bool,
+graph outputs (their producers stay), and in subgraphs and functions rewrites 3–4.
+
+Shapes come from the graph's value_info and, where that lacks them, from ONNX shape inference
+(``data_prop=True``, ``strict_mode=False``) over the whole model, run only when needed (again only
+when a value appeared since the last run, since a value keeps its shape through every rewrite).
+Weights reach inference as metadata only. Shapes the user fixed (``ctx.input_shapes``) are
+written into the model's input declarations first.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Callable, Optional, Union
+
+import numpy as np
+import onnx
+from onnx import GraphProto, TensorProto, TypeProto, helper, numpy_helper
+
+from graphtool.evaluate import is_constant, place_constant
+from graphtool.ir.graph import Graph, Node
+from graphtool.ir.tensor import Tensor
+from graphtool.ir.to_onnx import to_onnx
+from graphtool.pass_manager import Pass, PassContext, PassResult, register
+
+# int: static; str: a named symbolic dim; (value, i): "dim i of value"
+Dim = Union[int, str, tuple]
+ARITH_OPS = frozenset({"Add", "Sub", "Mul", "Div"})
+SHAPE_OPS = frozenset({"Shape", "Size", "Gather", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast", "Identity",
+                       "Reshape", "Equal", "Where"}) | ARITH_OPS
+INT_TYPES = {TensorProto.INT64: "int64", TensorProto.INT32: "int32"}
+MAX_CONST_ELEMS = 64  # constants read as shape values: small integer vectors only
+MAX_REBUILD = 8  # elements of a value worth rebuilding from pieces
+
+
+@dataclass(frozen=True)
+class SymValue:
+    """A 0-D (``scalar``) or 1-D int/bool tensor whose elements are known dims."""
+
+    dims: tuple[Dim, ...]
+    scalar: bool
+    dtype: str = "int64"
+
+    @property
+    def static(self) -> bool:
+        return all(isinstance(d, (int, bool)) for d in self.dims)
+
+    def array(self) -> np.ndarray:
+        arr = np.array(self.dims, dtype=np.dtype(self.dtype))
+        return arr.reshape(()) if self.scalar else arr
+
+
+@register(level=1, priority=15)
+class FoldShapes(Pass):
+    """Turn shape computations that read only static dims into constants; compute equal shape values once."""
+
+    def __init__(self) -> None:
+        self._inference = _Inference()
+        self._pinned = False
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        if not graph.nodes("Shape") and not graph.nodes("Size"):
+            return PassResult(changed=False)
+        if not self._pinned:
+            self._pinned = True
+            _pin_input_shapes(ctx)
+        oracle = _ShapeOracle(graph, self._inference, ctx)
+        oracle.prepare([n.inputs[0] for op in ("Shape", "Size", "Reshape") for n in graph.nodes(op) if n.inputs])
+        order = graph.topological_order()
+        values = _propagate(graph, oracle, order)
+        stats = {"folded": _fold_static(graph, ctx, values)}
+        stats["reshape_zeros"] = _reshape_copy_dims(graph, ctx, values, oracle)
+        if graph is ctx.model.graph:
+            stats["merged"] = _merge_equal(graph, ctx, values, oracle, order)
+            stats["rebuilt"] = _rebuild(graph, ctx, values, order)
+        stats = {k: v for k, v in stats.items() if v}
+        return PassResult(changed=bool(stats), stats=stats)
+
+
+class _Inference:
+    """ONNX shape inference over the whole model, run lazily: again only when asked about a value
+    that did not exist at the last run (a value keeps its shape through every rewrite)."""
+
+    def __init__(self) -> None:
+        self.tables: weakref.WeakKeyDictionary[Graph, dict[str, TypeProto]] = weakref.WeakKeyDictionary()
+        self.seen: set[str] = set()
+        self.runs = 0
+
+    def prepare(self, names: list[str], ctx: PassContext) -> None:
+        """Run inference unless every name already existed at the last run."""
+        if any(name not in self.seen for name in names):
+            self._run(ctx)
+
+    def type_of(self, graph: Graph, name: str) -> TypeProto | None:
+        g: Graph | None = graph
+        while g is not None:
+            t = self.tables.get(g, {}).get(name)
+            if t is not None:
+                return t
+            g = g.parent
+        return None
+
+    def _run(self, ctx: PassContext) -> None:
+        self.runs += 1
+        self.seen = {v for _, g in ctx.model.graphs() for v in g.values()}
+        self.tables = weakref.WeakKeyDictionary()
+        try:
+            proto = to_onnx(ctx.model, write_tensor=_metadata_only)
+            inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
+        except Exception:  # noqa: BLE001 - inference fails on odd models: use value_info alone
+            return
+        self._collect(ctx.model.graph, inferred.graph)
+
+    def _collect(self, graph: Graph, proto: GraphProto) -> None:
+        table: dict[str, TypeProto] = {}
+        for infos in (proto.input, proto.output, proto.value_info):
+            for info in infos:
+                if info.HasField("type"):
+                    table.setdefault(info.name, info.type)
+        self.tables[graph] = table
+        nodes = graph.topological_order()
+        if len(nodes) != len(proto.node):
+            return
+        for node, node_proto in zip(nodes, proto.node):
+            if node.op_type != node_proto.op_type:
+                return
+            subs = {a.name: a for a in node_proto.attribute}
+            for key, value in node._data["attrs"].items():
+                attr = subs.get(key)
+                if isinstance(value, Graph) and attr is not None and attr.HasField("g"):
+                    self._collect(value, attr.g)
+                elif isinstance(value, list) and attr is not None and len(attr.graphs) == len(value):
+                    for sub, sub_proto in zip(value, attr.graphs):
+                        self._collect(sub, sub_proto)
+
+
+def _metadata_only(tensor: Tensor) -> TensorProto:
+    """Small tensors as they are (inference may read their values); big ones as a dims+dtype
+    reference to external data that is never read."""
+    if tensor.nbytes <= 4096 and tensor.external is None:
+        return tensor.proto
+    out = TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+    out.data_location = TensorProto.EXTERNAL
+    entry = out.external_data.add()
+    entry.key, entry.value = "location", "graphtool-shape-inference-placeholder"
+    return out
+
+
+def _pin_input_shapes(ctx: PassContext) -> None:
+    """Write the user-fixed input shapes (``ctx.input_shapes``) into the input declarations."""
+    graph = ctx.model.graph
+    for name, dims in (ctx.input_shapes or {}).items():
+        info = graph.inputs.get(name)
+        if info is None or not info.type.HasField("tensor_type"):
+            continue
+        pinned = helper.make_tensor_value_info(name, info.type.tensor_type.elem_type, [int(d) for d in dims])
+        pinned.doc_string = info.doc_string
+        graph.inputs[name] = pinned
+
+
+class _ShapeOracle:
+    """Dims of a value: the graph's declarations, completed by inference when they fall short."""
+
+    def __init__(self, graph: Graph, inference: _Inference, ctx: PassContext):
+        self.graph, self.inference, self.ctx = graph, inference, ctx
+        root = graph
+        while root.parent is not None:
+            root = root.parent
+        self.in_function = root is not ctx.model.graph
+        self.prepared = False
+
+    def prepare(self, names: list[str]) -> None:
+        """Make sure inference covers ``names`` (one run at most, before any lookup: the symbols
+        that inference invents (unk__N) are only comparable within one run)."""
+        if self.in_function:
+            return
+        missing = [v for v in names if not _complete(_shape_in_scope(self.graph, v))]
+        if missing:
+            self.inference.prepare(missing, self.ctx)
+        self.prepared = True
+
+    def dims(self, value: str) -> list[Dim] | None:
+        declared = _shape_in_scope(self.graph, value)
+        if _complete(declared):
+            return declared
+        if self.in_function:
+            return declared
+        if not self.prepared:
+            return declared
+        t = self.inference.type_of(self.graph, value)
+        inferred = _dims_of(t)
+        if inferred is None:
+            return declared
+        if declared is None or len(declared) != len(inferred):
+            return inferred
+        return [d if isinstance(d, (int, str)) else i for d, i in zip(declared, inferred)]
+
+
+def _complete(dims: list[Dim] | None) -> bool:
+    return dims is not None and all(isinstance(d, (int, str)) for d in dims)
+
+
+def _shape_in_scope(graph: Graph, value: str) -> list[Dim] | None:
+    g: Graph | None = graph
+    while g is not None:
+        if g.has_value(value) and not (g.parent is not None and g.is_free(value)):
+            return g.shape(value)
+        g = g.parent
+    return None
+
+
+def _dims_of(t: TypeProto | None) -> list[Dim] | None:
+    if t is None or t.WhichOneof("value") != "tensor_type" or not t.tensor_type.HasField("shape"):
+        return None
+    dims: list[Dim] = []
+    for d in t.tensor_type.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return dims
+
+
+# ---------------------------------------------------------------------------- propagation
+
+
+def _const_sym(graph: Graph, value: str) -> SymValue | None:
+    if not is_constant(graph, value):
+        return None
+    t = graph.initializers.get(value)
+    if t is not None and (t.size > MAX_CONST_ELEMS or t.data_type not in INT_TYPES):
+        return None
+    array = graph.const(value)
+    if array is None or array.dtype.name not in ("int64", "int32") or array.ndim > 1 or array.size > MAX_CONST_ELEMS:
+        return None
+    return SymValue(tuple(int(x) for x in array.reshape(-1)), array.ndim == 0, array.dtype.name)
+
+
+def _tokens(value: str, dims: list) -> list[Dim]:
+    """Unknown dims become "dim i of value" tokens: equal tokens are equal sizes."""
+    return [(value, i) if d is None else d for i, d in enumerate(dims)]
+
+
+Getter = Callable[[str], Optional[SymValue]]
+
+
+def _propagate(graph: Graph, oracle: _ShapeOracle, order: list[Node]) -> dict[str, SymValue]:
+    """Symbolic values of every shape-op output that has one (one topological walk)."""
+    values: dict[str, SymValue] = {}
+
+    def get(v: str) -> SymValue | None:
+        if not v:
+            return None
+        if v in values:
+            return values[v]
+        return _const_sym(graph, v)
+
+    for node in order:
+        if node.op_type not in SHAPE_OPS or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+            continue
+        out = node.outputs[0]
+        if not out:
+            continue
+        try:
+            result = _transfer(node, get, oracle)
+        except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError):
+            result = None
+        if result is not None:
+            values[out] = result
+    return values
+
+
+def _ints(sym: SymValue | None) -> list[int] | None:
+    return [int(d) for d in sym.dims] if sym is not None and sym.static else None  # type: ignore[arg-type]
+
+
+def _axes(node: Node, get: Getter) -> list[int] | None:
+    ins = node.inputs
+    if len(ins) > 1 and ins[1]:
+        return _ints(get(ins[1]))
+    axes = node.attr("axes")
+    return list(axes) if axes is not None else None
+
+
+def _transfer(node: Node, get: Getter, oracle: _ShapeOracle) -> SymValue | None:
+    op, ins = node.op_type, node.inputs
+    if op in ("Shape", "Size"):
+        dims = oracle.dims(ins[0])
+        if dims is None:
+            return None
+        if op == "Size":
+            return SymValue((int(np.prod(dims, dtype=np.int64)),), True) if all(isinstance(d, int) for d in dims) else None
+        rank = len(dims)
+        start, end = node.attr("start", 0), node.attr("end", rank)
+        start = min(max(start + rank if start < 0 else start, 0), rank)
+        end = min(max(end + rank if end < 0 else end, 0), rank)
+        return SymValue(tuple(_tokens(ins[0], dims)[start:end]), False)
+    if op == "Where":
+        return _where(get(ins[0]), get(ins[1]), get(ins[2]))
+    data = get(ins[0])
+    if data is None:
+        return None
+    if op == "Identity":
+        return data
+    if op == "Cast":
+        to = INT_TYPES.get(node.attr("to"))
+        return None if to is None or data.dtype == "bool" else SymValue(data.dims, data.scalar, to)
+    if op == "Gather":
+        idx = get(ins[1])
+        if data.scalar or idx is None or not idx.static or node.attr("axis", 0) not in (0, -1):
+            return None
+        n = len(data.dims)
+        picked = []
+        for i in _ints(idx) or []:
+            i = i + n if i < 0 else i
+            if not 0 <= i < n:
+                return None
+            picked.append(data.dims[i])
+        return SymValue(tuple(picked), idx.scalar, data.dtype)
+    if op == "Unsqueeze":
+        axes = _axes(node, get)
+        if axes not in ([0], [-1]) or not data.scalar:
+            return None
+        return SymValue(data.dims, False, data.dtype)
+    if op == "Squeeze":
+        axes = _axes(node, get)
+        if data.scalar or len(data.dims) != 1 or (axes is not None and axes not in ([0], [-1])):
+            return None
+        return SymValue(data.dims, True, data.dtype)
+    if op == "Concat":
+        parts = [get(v) for v in ins if v]
+        if node.attr("axis") not in (0, -1) or any(p is None or p.scalar or p.dtype != data.dtype for p in parts):
+            return None
+        return SymValue(tuple(d for p in parts for d in p.dims), False, data.dtype)  # type: ignore[union-attr]
+    if op == "Slice":
+        return _slice(node, data, get)
+    if op == "Reshape":
+        target = _ints(get(ins[1])) if len(ins) > 1 else None
+        n = len(data.dims)
+        if target in ([-1], [n]):
+            return SymValue(data.dims, False, data.dtype)
+        if target == [] and n == 1:
+            return SymValue(data.dims, True, data.dtype)
+        return None
+    if op == "Equal":
+        return _elementwise(data, get(ins[1]), _equal, "bool")
+    if op in ARITH_OPS:
+        other = get(ins[1])
+        if data.dtype != "int64" or other is None or other.dtype != "int64":
+            return None
+        return _elementwise(data, other, _ARITH[op], "int64")
+    return None
+
+
+def _broadcast(a: SymValue, b: SymValue) -> tuple[list[tuple[Dim, Dim]], bool] | None:
+    """Element pairs of two scalars/vectors under ONNX broadcasting (1-element sides repeat)."""
+    la, lb = len(a.dims), len(b.dims)
+    if la != lb and la != 1 and lb != 1:
+        return None
+    n = max(la, lb)
+    pairs = [(a.dims[i if la > 1 else 0], b.dims[i if lb > 1 else 0]) for i in range(n)]
+    return pairs, a.scalar and b.scalar
+
+
+def _elementwise(a: SymValue, b: SymValue | None, fn: Callable[[Dim, Dim], Dim | None], dtype: str) -> SymValue | None:
+    if b is None:
+        return None
+    pb = _broadcast(a, b)
+    if pb is None:
+        return None
+    pairs, scalar = pb
+    out = [fn(x, y) for x, y in pairs]
+    if any(d is None for d in out):
+        return None
+    return SymValue(tuple(out), scalar, dtype)  # type: ignore[arg-type]
+
+
+def _equal(x: Dim, y: Dim) -> Dim | None:
+    if isinstance(x, int) and isinstance(y, int):
+        return bool(x == y)
+    if x == y:
+        return True
+    if (isinstance(x, int) and x < 0) or (isinstance(y, int) and y < 0):
+        return False  # a dim is never negative
+    return None
+
+
+def _add(x: Dim, y: Dim) -> Dim | None:
+    if isinstance(x, int) and isinstance(y, int):
+        return x + y
+    return y if x == 0 else x if y == 0 else None
+
+
+def _sub(x: Dim, y: Dim) -> Dim | None:
+    if isinstance(x, int) and isinstance(y, int):
+        return x - y
+    if x == y:
+        return 0
+    return x if y == 0 else None
+
+
+def _mul(x: Dim, y: Dim) -> Dim | None:
+    if isinstance(x, int) and isinstance(y, int):
+        return x * y
+    if x == 0 or y == 0:
+        return 0
+    return y if x == 1 else x if y == 1 else None
+
+
+def _div(x: Dim, y: Dim) -> Dim | None:
+    if isinstance(x, int) and isinstance(y, int):
+        if y == 0:
+            return None
+        q = abs(x) // abs(y)  # C++ integer division truncates toward zero
+        return q if (x >= 0) == (y >= 0) else -q
+    return x if y == 1 else None
+
+
+_ARITH: dict[str, Callable[[Dim, Dim], Dim | None]] = {"Add": _add, "Sub": _sub, "Mul": _mul, "Div": _div}
+
+
+def _where(cond: SymValue | None, x: SymValue | None, y: SymValue | None) -> SymValue | None:
+    if cond is None or x is None or y is None or cond.dtype != "bool" or not cond.static or x.dtype != y.dtype:
+        return None
+    lengths = {len(v.dims) for v in (cond, x, y)} - {1}
+    if len(lengths) > 1:
+        return None
+    n = lengths.pop() if lengths else 1
+    pick = lambda v, i: v.dims[i if len(v.dims) > 1 else 0]  # noqa: E731
+    out = tuple(pick(x, i) if pick(cond, i) else pick(y, i) for i in range(n))
+    return SymValue(out, cond.scalar and x.scalar and y.scalar, x.dtype)
+
+
+def _slice(node: Node, data: SymValue, get: Getter) -> SymValue | None:
+    if data.scalar:
+        return None
+    ins = node.inputs
+    if len(ins) < 3:
+        starts, ends, axes, steps = node.attr("starts"), node.attr("ends"), node.attr("axes"), None
+    else:
+        starts, ends = _ints(get(ins[1])), _ints(get(ins[2]))
+        axes = _ints(get(ins[3])) if len(ins) > 3 and ins[3] else None
+        steps = _ints(get(ins[4])) if len(ins) > 4 and ins[4] else None
+        if (len(ins) > 3 and ins[3] and axes is None) or (len(ins) > 4 and ins[4] and steps is None):
+            return None
+    if starts is None or ends is None or len(starts) != 1 or len(ends) != 1:
+        return None
+    if axes is not None and list(axes) not in ([0], [-1]):
+        return None
+    step = steps[0] if steps else 1
+    if step == 0:
+        return None
+    n = len(data.dims)
+    start, end = starts[0], ends[0]
+    start = start + n if start < 0 else start
+    end = end + n if end < 0 else end
+    if step > 0:
+        start, end = min(max(start, 0), n), min(max(end, 0), n)
+    else:
+        start, end = min(max(start, 0), n - 1), min(max(end, -1), n - 1)
+    return SymValue(tuple(data.dims[i] for i in range(start, end, step)), False, data.dtype)
+
+
+# ---------------------------------------------------------------------------- rewrites
+
+
+def _fold_static(graph: Graph, ctx: PassContext, values: dict[str, SymValue]) -> int:
+    """Case 1: replace static symbolic values by constants; drop the ops that only fed them."""
+    static_nodes: list[Node] = []
+    static_ids: set[int] = set()
+    for name, sym in values.items():
+        node = graph.producer(name)
+        if sym.static and node is not None and node.op_type != "Constant":
+            static_nodes.append(node)
+            static_ids.add(node.id)
+    if not static_nodes:
+        return 0
+    frontier = [
+        n.outputs[0] for n in static_nodes
+        if graph.is_output(n.outputs[0]) or any(u.id not in static_ids for u, _ in graph.uses(n.outputs[0]))
+    ]
+    feeders = [p for n in static_nodes for v in n.inputs if v and (p := graph.producer(v)) and p.id not in static_ids]
+    graph.remove_nodes(static_nodes)
+    for name in frontier:
+        if graph.has_value(name):
+            place_constant(graph, ctx.model, name, numpy_helper.from_array(values[name].array(), name))
+    for node in feeders:  # Shape/Gather chains that only fed the folded values
+        _remove_if_dead(graph, node)
+    return len(static_nodes)
+
+
+def _reshape_copy_dims(graph: Graph, ctx: PassContext, values: dict[str, SymValue], oracle: _ShapeOracle) -> int:
+    """Case 2: ``Reshape(x, t)`` where each non-static element ``i`` of ``t`` is dim ``i`` of
+    ``x`` itself: that element becomes 0 ("copy the input dim"), so the target is a constant."""
+    done = 0
+    for node in graph.nodes("Reshape"):
+        ins = node.inputs
+        if len(ins) != 2 or not ins[1] or node.attr("allowzero", 0) or is_constant(graph, ins[1]):
+            continue
+        sym = values.get(ins[1])
+        if sym is None or sym.scalar or sym.static or sym.dtype != "int64":
+            continue
+        dims = oracle.dims(ins[0])
+        if dims is None:
+            continue
+        own = _tokens(ins[0], dims)
+        target: list[int] = []
+        for i, d in enumerate(sym.dims):
+            if isinstance(d, int):
+                if d == 0:
+                    break  # a literal 0 already means "copy"; keep the target as it is
+                target.append(d)
+            elif i < len(own) and own[i] == d:
+                target.append(0)
+            else:
+                break
+        else:
+            if target.count(-1) > 1:
+                continue
+            old = graph.producer(ins[1])
+            name = graph.fresh_name(f"{ins[1]}_static")
+            place_constant(graph, ctx.model, name, numpy_helper.from_array(np.array(target, dtype=np.int64), name))
+            graph.set_input(node, 1, name)
+            if old is not None:
+                _remove_if_dead(graph, old)
+            done += 1
+    return done
+
+
+def _merge_equal(graph: Graph, ctx: PassContext, values: dict[str, SymValue], oracle: _ShapeOracle,
+                 order: list[Node]) -> int:
+    """Case 3: equal symbolic values are computed once (see the module docstring)."""
+    sources = _symbol_sources(graph)
+    first: dict[SymValue, str] = {}
+    dead: list[Node] = []
+    merged = 0
+    for node in order:
+        if not graph.has_node(node) or len(node.outputs) != 1:
+            continue
+        out = node.outputs[0]
+        sym = values.get(out)
+        if sym is None or sym.static or graph.is_output(out):
+            continue
+        canonical = first.get(sym)
+        if canonical is None:
+            source = sources.get(sym.dims[0]) if sym.scalar and sym.dtype == "int64" else None  # type: ignore[arg-type]
+            if source is None or not graph.has_value(source[0]) or _reads_dim(graph, node, oracle) == source:
+                first[sym] = out
+                continue
+            canonical = first[sym] = _input_dim(graph, ctx, source, node)
+        if canonical == out:
+            continue
+        graph.replace_all_uses(out, canonical)
+        dead.append(node)
+        merged += 1
+    for node in dead:  # only now: a canonical value must not vanish while the loop can still pick it
+        _remove_if_dead(graph, node)
+    return merged
+
+
+def _reads_dim(graph: Graph, node: Node, oracle: _ShapeOracle) -> tuple[str, int | None] | None:
+    """(x, dim) when ``node`` is ``Gather(Shape(x), k)`` reading dim ``dim`` of x."""
+    if node.op_type != "Gather" or len(node.inputs) != 2:
+        return None
+    shape_node = graph.producer(node.inputs[0])
+    if shape_node is None or shape_node.op_type != "Shape":
+        return None
+    index = graph.const(node.inputs[1])
+    if index is None or np.asarray(index).ndim != 0:
+        return None
+    dims = oracle.dims(shape_node.inputs[0])
+    if dims is None:
+        return None
+    rank = len(dims)
+    start, end = shape_node.attr("start", 0), shape_node.attr("end", rank)
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = min(max(end + rank if end < 0 else end, 0), rank)
+    i = int(index)
+    i = i + (end - start) if i < 0 else i
+    return shape_node.inputs[0], (start + i if 0 <= i < end - start else None)
+
+
+def _symbol_sources(main: Graph) -> dict[Dim, tuple[str, int]]:
+    """dim_param → (main-graph input, dim) for the symbols the model's inputs declare."""
+    sources: dict[Dim, tuple[str, int]] = {}
+    for name in main.inputs:
+        if name in main.initializers:
+            continue
+        for j, d in enumerate(main.shape(name) or []):
+            if isinstance(d, str) and d and d not in sources:
+                sources[d] = (name, j)
+    return sources
+
+
+def _input_dim(graph: Graph, ctx: PassContext, source: tuple[str, int], near: Node) -> str:
+    """``Gather(Shape(input), j)``, reusing one already in the graph."""
+    value, j = source
+    shape_out = ""
+    for use, slot in graph.uses(value):
+        if use.op_type != "Shape" or slot != 0 or use.attr("start") is not None or use.attr("end") is not None:
+            continue
+        shape_out = shape_out or use.outputs[0]
+        for g in graph.consumers(use.outputs[0]):
+            if g.op_type == "Gather" and g.inputs[0] == use.outputs[0] and g.attr("axis", 0) == 0 and len(g.inputs) == 2:
+                idx = graph.const(g.inputs[1])
+                if idx is not None and idx.ndim == 0 and int(idx) == j:
+                    return g.outputs[0]
+    if not shape_out:
+        shape_out = graph.add_node("Shape", [value], 1, name=f"{value}_shape", near=near).outputs[0]
+    index = _new_const(graph, ctx, np.array(j, dtype=np.int64), f"{value}_dim{j}_index")
+    gather = graph.add_node("Gather", [shape_out, index], 1, {"axis": 0}, name=f"{value}_dim{j}", near=near)
+    return gather.outputs[0]
+
+
+def _new_const(graph: Graph, ctx: PassContext, array: np.ndarray, hint: str) -> str:
+    name = graph.fresh_name(hint)
+    place_constant(graph, ctx.model, name, numpy_helper.from_array(array, name))
+    return name
+
+
+def _rebuild(graph: Graph, ctx: PassContext, values: dict[str, SymValue], order: list[Node]) -> int:
+    """Case 4: rebuild a 1-D value from existing pieces when that removes more ops than it adds."""
+    pos = {n.id: i for i, n in enumerate(order)}
+    vec: dict[Dim, tuple[int, str]] = {}  # symbol -> (position, earliest 1-D [symbol] value)
+    sca: dict[Dim, tuple[int, str]] = {}  # symbol -> (position, earliest scalar symbol value)
+    for node in order:
+        if not graph.has_node(node) or len(node.outputs) != 1 or node.outputs[0] not in values:
+            continue
+        sym = values[node.outputs[0]]
+        if len(sym.dims) == 1 and not sym.static and sym.dtype == "int64":
+            (sca if sym.scalar else vec).setdefault(sym.dims[0], (pos[node.id], node.outputs[0]))
+    rebuilt = 0
+    dead: list[Node] = []
+    opset = ctx.opset("")
+    for node in order:
+        if not graph.has_node(node) or len(node.outputs) != 1 or node.op_type == "Concat":
+            continue
+        out = node.outputs[0]
+        sym = values.get(out)
+        if (sym is None or sym.scalar or sym.static or sym.dtype != "int64" or not 2 <= len(sym.dims) <= MAX_REBUILD
+                or graph.is_output(out)):
+            continue
+        here = pos[node.id]
+        pieces: list[tuple[str, object]] = []  # ("const", [ints]) | ("vec", name) | ("sca", name)
+        for d in sym.dims:
+            if isinstance(d, int):
+                if pieces and pieces[-1][0] == "const":
+                    pieces[-1][1].append(d)  # type: ignore[union-attr]
+                else:
+                    pieces.append(("const", [d]))
+            elif d in vec and vec[d][0] < here and vec[d][1] != out:
+                pieces.append(("vec", vec[d][1]))
+            elif d in sca and sca[d][0] < here:
+                pieces.append(("sca", sca[d][1]))
+            else:
+                break
+        else:
+            kept = {name for kind, name in pieces if kind != "const"}
+            cost = sum(1 for kind, _ in pieces if kind == "sca") + (1 if len(pieces) > 1 else 0)
+            if len(pieces) == 1 and pieces[0][0] == "const":
+                continue  # static: case 1's job
+            if _exclusive_cone(graph, node, kept) <= cost:
+                continue
+            parts: list[str] = []
+            for kind, what in pieces:
+                if kind == "const":
+                    parts.append(_new_const(graph, ctx, np.array(what, dtype=np.int64), f"{out}_part"))
+                elif kind == "vec":
+                    parts.append(what)  # type: ignore[arg-type]
+                else:
+                    parts.append(_unsqueeze0(graph, ctx, what, opset, node))  # type: ignore[arg-type]
+            new = parts[0] if len(parts) == 1 else graph.add_node(
+                "Concat", parts, 1, {"axis": 0}, name=f"{node.name or out}_rebuilt", near=node).outputs[0]
+            graph.replace_all_uses(out, new)
+            dead.append(node)
+            rebuilt += 1
+    for node in dead:  # only now: a piece must not vanish while a later rebuild can still use it
+        _remove_if_dead(graph, node)
+    return rebuilt
+
+
+def _unsqueeze0(graph: Graph, ctx: PassContext, scalar: str, opset: int, near: Node) -> str:
+    if opset >= 13:
+        axes = _new_const(graph, ctx, np.array([0], dtype=np.int64), "axes0")
+        return graph.add_node("Unsqueeze", [scalar, axes], 1, name=f"{scalar}_unsqueeze", near=near).outputs[0]
+    return graph.add_node("Unsqueeze", [scalar], 1, {"axes": [0]}, name=f"{scalar}_unsqueeze", near=near).outputs[0]
+
+
+def _exclusive_cone(graph: Graph, node: Node, kept: set[str]) -> int:
+    """How many ops die when ``node``'s output is no longer read (``kept`` values stay read)."""
+    cone = {node.id}
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        for v in n.inputs:
+            p = graph.producer(v) if v else None
+            if p is None or p.id in cone or p.op_type not in SHAPE_OPS or v in kept:
+                continue
+            outs = [o for o in p.outputs if o]
+            if any(o in kept or graph.is_output(o) for o in outs):
+                continue
+            if all(u.id in cone for o in outs for u, _ in graph.uses(o)):
+                cone.add(p.id)
+                stack.append(p)
+    return len(cone)
+
+
+def _remove_if_dead(graph: Graph, node: Node) -> None:
+    """Drop ``node`` and then its shape-op producers while nothing reads them any more."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if not graph.has_node(n) or any(graph.uses(v) or graph.is_output(v) for v in n.outputs if v):
+            continue
+        producers = [graph.producer(v) for v in n.inputs if v]
+        graph.remove_nodes([n])
+        stack.extend(p for p in producers if p is not None and (p.op_type in SHAPE_OPS or p.op_type == "Constant"))
