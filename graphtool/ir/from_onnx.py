@@ -115,7 +115,8 @@ class _Loader:
                     raise BadModel(f"{where}: output '{value}' is not produced by any node")
                 raise BadModel(f"{where}: value '{value}'{via} is never defined")
         try:
-            graph.topological_order()
+            for scope in graph.walk():  # subgraphs too: a capture can close a cycle inside one
+                scope.topological_order()
         except ValueError as err:
             raise BadModel(f"{where}: {err}") from None
 
