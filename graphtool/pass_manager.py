@@ -40,6 +40,7 @@ class PassContext:
     # new node name -> the original node names it absorbed; filled by ``ctx.absorbed``
     provenance: dict[str, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    findings: list[Any] = field(default_factory=list)  # graphtool.check.Finding, from analysis passes
 
     def opset(self, domain: str = "") -> int:
         return self.model.opset(domain) or 0
