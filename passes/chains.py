@@ -43,7 +43,7 @@ def _int_list(graph: Graph, value: str) -> list[int] | None:
 # ---------------------------------------------------------------- 1. Transpose
 
 
-def merge_transposes(graph: Graph, node: Node) -> bool:
+def merge_transposes(graph: Graph, node: Node, ctx: PassContext) -> bool:
     first = _standard_producer(graph, node.inputs[0], ("Transpose",))
     if first is None:
         return False
@@ -81,7 +81,7 @@ def _intermediate_dims(graph: Graph, first: Node) -> tuple[list[int | None], lis
     return [s if isinstance(s, int) else None for s in out_shape], None
 
 
-def merge_reshapes(graph: Graph, node: Node) -> bool:
+def merge_reshapes(graph: Graph, node: Node, ctx: PassContext) -> bool:
     """Reshape(Reshape(x, s1) or Flatten(x), s2) → Reshape(x, s2')."""
     inputs = node.inputs
     if len(inputs) < 2:
@@ -105,13 +105,17 @@ def merge_reshapes(graph: Graph, node: Node) -> bool:
                 new[i] = dims[i]
                 continue
             return False
-    graph.set_input(node, 0, first.inputs[0])
+    shape = inputs[1]
     if new != s2:
-        graph.set_input(node, 1, add_constant(graph, np.array(new, np.int64), f"{node.name or 'reshape'}_shape"))
+        shape = add_constant(graph, np.array(new, np.int64), f"{node.name or 'reshape'}_shape", ctx)
+        if shape is None:
+            return False
+    graph.set_input(node, 0, first.inputs[0])
+    graph.set_input(node, 1, shape)
     return True
 
 
-def flatten_to_reshape(graph: Graph, node: Node) -> bool:
+def flatten_to_reshape(graph: Graph, node: Node, ctx: PassContext) -> bool:
     """Flatten(Reshape(x, s1), axis) → Reshape(x, [prod(leading dims), -1])."""
     first = _standard_producer(graph, node.inputs[0], ("Reshape",))
     if first is None or len(first.inputs) < 2:
@@ -129,7 +133,9 @@ def flatten_to_reshape(graph: Graph, node: Node) -> bool:
     if lead == 0:
         return False
     x, out, name = first.inputs[0], node.outputs[0], node.name
-    shape = add_constant(graph, np.array([lead, -1], np.int64), f"{name or 'flatten'}_shape")
+    shape = add_constant(graph, np.array([lead, -1], np.int64), f"{name or 'flatten'}_shape", ctx)
+    if shape is None:
+        return False
     graph.remove_nodes([node])
     graph.add_node("Reshape", [x, shape], [out], name=name, near=first)
     return True
@@ -170,7 +176,7 @@ def combined_axes(op_type: str, a1: list[int], a2: list[int], rank: int | None) 
     return sorted(merged)
 
 
-def merge_axes_ops(graph: Graph, node: Node) -> bool:
+def merge_axes_ops(graph: Graph, node: Node, ctx: PassContext) -> bool:
     first = _standard_producer(graph, node.inputs[0], (node.op_type,))
     if first is None:
         return False
@@ -184,7 +190,10 @@ def merge_axes_ops(graph: Graph, node: Node) -> bool:
     if node.attr("axes") is not None:
         graph.set_attr(node, "axes", axes)
     else:
-        graph.set_input(node, 1, add_constant(graph, np.array(axes, np.int64), f"{node.name or 'axes'}_axes"))
+        value = add_constant(graph, np.array(axes, np.int64), f"{node.name or 'axes'}_axes", ctx)
+        if value is None:
+            return False
+        graph.set_input(node, 1, value)
     graph.set_input(node, 0, x)
     return True
 
@@ -210,7 +219,7 @@ class MergeChains(Pass):
             for node in _in_order(graph, op_type):
                 if not graph.has_node(node) or node.domain not in STANDARD_DOMAINS or not node.inputs:
                     continue
-                if rule(graph, node):
+                if rule(graph, node, ctx):
                     stats[op_type] = stats.get(op_type, 0) + 1
         return PassResult(changed=bool(stats), stats=stats)
 

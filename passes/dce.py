@@ -20,8 +20,12 @@ from graphtool.ir.graph import Graph, Node
 from graphtool.pass_manager import Pass, PassContext, PassResult, register
 
 
-def live_nodes(graph: Graph) -> set[int]:
-    """Ids of the ops some graph output depends on."""
+def live_nodes(graph: Graph) -> tuple[set[int], set[str]]:
+    """Ids of the ops some graph output depends on, and the values they (and the outputs) read.
+
+    Subgraph reads come from the subgraphs themselves (``free_values``), not from the owner's
+    capture edges, so a capture edge not yet refreshed after a nested edit cannot mislead.
+    """
     live: set[int] = set()
     seen: set[str] = set()
     stack = [v for v in graph.outputs if v]
@@ -37,14 +41,14 @@ def live_nodes(graph: Graph) -> set[int]:
         stack.extend(v for v in node.inputs if v and v not in seen)
         for sub in node.subgraphs():
             stack.extend(v for v in sub.free_values() if v not in seen)
-    return live
+    return live, seen
 
 
-def dead_initializers(graph: Graph) -> list[str]:
-    """Initializers nothing reads, except those that are real (overridable) graph inputs."""
+def dead_initializers(graph: Graph, read: set[str]) -> list[str]:
+    """Initializers no live op reads, except those that are real (overridable) graph inputs."""
     dead = []
     for name in graph.initializers:
-        if graph.uses(name) or graph.is_output(name):
+        if name in read or graph.is_output(name):
             continue
         if graph.is_input(name) and graph.overridable_initializers:
             continue
@@ -57,11 +61,11 @@ class DeadCodeElimination(Pass):
     """Remove ops and initializers that no graph output depends on (graph inputs stay)."""
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        live = live_nodes(graph)
+        live, read = live_nodes(graph)
         dead: list[Node] = [n for n in graph.nodes() if n.id not in live]
         if dead:
             graph.remove_nodes(dead)
-        unused = dead_initializers(graph)
+        unused = dead_initializers(graph, read)
         for name in unused:
             if graph.is_input(name):  # IR < 4: the initializer was listed as an input too
                 graph.remove_input(name)

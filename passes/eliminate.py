@@ -41,7 +41,7 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
-from onnx import FunctionProto, numpy_helper
+from onnx import FunctionProto, helper, numpy_helper
 
 from graphtool.ir.graph import Graph, Node
 from graphtool.pass_manager import Pass, PassContext, PassResult, register
@@ -67,16 +67,27 @@ def graph_opset(graph: Graph, ctx: PassContext, domain: str = "") -> int:
     return ctx.opset(domain)
 
 
-def add_constant(graph: Graph, array: np.ndarray, hint: str) -> str:
-    """A new constant value: an initializer, or a Constant op where an initializer would be
-    wrong (function bodies hold no initializers; IR < 4 wants every initializer listed as input)."""
+def add_constant(graph: Graph, array: np.ndarray, hint: str, ctx: PassContext) -> str | None:
+    """A new constant value, stored the way this graph allows; None when it cannot be.
+
+    Function bodies hold no initializers: a Constant op (int64 needs opset ≥ 9). IR < 4 models
+    list every initializer as a graph input too: the main graph lists the new one as well; a
+    subgraph cannot (its inputs are positional), so it gets a Constant op.
+    """
+    array = np.asarray(array)
     root = graph
     while root.parent is not None:
         root = root.parent
-    if isinstance(root.proto_shell, FunctionProto) or not graph.overridable_initializers:
-        node = graph.add_node("Constant", [], 1, attrs={"value": numpy_helper.from_array(np.asarray(array))}, name=hint)
+    if isinstance(root.proto_shell, FunctionProto) or (graph.parent is not None and not graph.overridable_initializers):
+        if array.dtype.kind != "f" and graph_opset(graph, ctx) < 9:
+            return None  # Constant-1 is float-only
+        node = graph.add_node("Constant", [], 1, attrs={"value": numpy_helper.from_array(array)}, name=hint)
         return node.outputs[0]
-    return graph.add_initializer(array, hint)
+    name = graph.add_initializer(array, hint)
+    if not graph.overridable_initializers:
+        tensor = graph.initializers[name]
+        graph.inputs[name] = helper.make_tensor_value_info(name, tensor.data_type, tensor.dims)
+    return name
 
 
 def output_is_free(graph: Graph, value: str) -> bool:

@@ -186,3 +186,19 @@ def test_merge_inside_a_function_body_adds_a_constant_op_not_an_initializer():
     assert ops(body) == ["Constant", "Reshape"] and body.initializers == {}
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(make_session(out).run(None, {"x": x})[0], x.reshape(3, 2))
+
+
+def test_merge_in_an_ir3_model_lists_the_new_initializer_as_an_input():
+    """IR < 4 wants every initializer listed as a graph input (and Constant-1 is float-only)."""
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "s1"], ["r"]), helper.make_node("Reshape", ["r", "s2"], ["y"])], "g",
+        [vi("x", [2, 6]), vi("s1", [3], TensorProto.INT64), vi("s2", [2], TensorProto.INT64)], [vi("y", [2, 6])],
+        [const("s1", np.array([2, 3, 2], np.int64)), const("s2", np.array([0, -1], np.int64))])
+    p = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 8)])
+    p.ir_version = 3
+    m = io.load_proto(p)
+    out, _ = run(m)
+    assert ops(out.graph) == ["Reshape"]
+    node = out.graph.producer("y")
+    assert node.inputs[0] == "x" and list(out.graph.const(node.inputs[1])) == [2, -1]
+    assert set(out.graph.initializers) <= set(out.graph.inputs)
