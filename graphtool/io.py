@@ -45,6 +45,10 @@ def parse_model(data: bytes, what: str = "file") -> ModelProto:
         raise BadModel(f"{what} is not an ONNX model: IR version {proto.ir_version} is not valid")
     if proto.ir_version >= 3 and not proto.opset_import:
         raise BadModel(f"{what}: the model imports no opset (IR version {proto.ir_version} requires one)")
+    for imports in (proto.opset_import, *(fn.opset_import for fn in proto.functions)):
+        for op in imports:  # onnx's schema lookups take a C int: larger versions crash them
+            if not 0 <= op.version < 2**31:
+                raise BadModel(f"{what}: opset version {op.version} of domain '{op.domain or 'ai.onnx'}' is not valid")
     return proto
 
 
