@@ -170,7 +170,8 @@ def _infer(graph: Graph, ctx: PassContext) -> dict[str, tuple[int, list[Dim] | N
     from graphtool.ir.to_onnx import function_to_proto, graph_to_proto
 
     model = onnx.ModelProto()
-    model.ir_version = ctx.model.proto_shell.ir_version
+    # IR < 4 ignores initializers not listed as inputs, and folding adds such initializers.
+    model.ir_version = max(ctx.model.proto_shell.ir_version, 4)
     model.opset_import.extend(ctx.model.proto_shell.opset_import)
     try:
         graph_to_proto(graph, _weightless, into=model.graph)
