@@ -20,7 +20,8 @@ The rewrite, case by case:
    LayerNormalization scale/bias/mean/var, PRelu slope, Gather data, RNN/GRU/LSTM W/R/B). A
    weight is bytes the model would hold anyway, and ONNX Runtime folds it too: the onnx wheel's
    light/ models build every weight with ``ConstantOfShape`` (light_vgg19's 411 MB FC matrix).
-   A graph output is never a weight.
+   Never a weight: a graph output, and a value broadcast by ``Expand`` or ``Tile`` (e.g. a mask
+   expanded to [B, H, S, S]) — there the runtime broadcasts for free what the file would store.
 
 In IR < 4 models, a new main-graph initializer is also listed as a graph input, as that IR
 version requires.
@@ -62,6 +63,8 @@ PARAM_SLOTS: dict[str, frozenset[int]] = {
 }
 # ops where a constant operand next to a non-constant one is a parameter
 OPERAND_OPS = frozenset({"Gemm", "MatMul", "Add", "Sub", "Mul", "Div"})
+# ops whose output is a broadcast of their input: never a "weight" (see the docstring)
+BROADCAST_OPS = frozenset({"Expand", "Tile"})
 MAX_ROUNDS = 8
 
 
@@ -137,9 +140,10 @@ def _too_big(graph: Graph, region: list[Node], value: str, array: np.ndarray, li
     not a weight (see the module docstring)."""
     if array.nbytes <= limit:
         return False
-    if _is_weight(graph, value):
+    source_bytes, broadcast = _cone(graph, region, value)
+    if not broadcast and _is_weight(graph, value):
         return False
-    return array.nbytes - _source_bytes(graph, region, value) > limit
+    return array.nbytes - source_bytes > limit
 
 
 def _is_weight(graph: Graph, value: str) -> bool:
@@ -161,11 +165,12 @@ def _is_weight(graph: Graph, value: str) -> bool:
     return True
 
 
-def _source_bytes(graph: Graph, region: list[Node], value: str) -> int:
-    """Bytes of the constants ``value`` is computed from (walks its cone in the region)."""
+def _cone(graph: Graph, region: list[Node], value: str) -> tuple[int, bool]:
+    """Bytes of the constants ``value`` is computed from, and whether Expand/Tile broadcast it."""
     produced = {v: n for n in region for v in n.outputs if v}
     seen: set[str] = set()
     total = 0
+    broadcast = False
     stack = [value]
     while stack:
         v = stack.pop()
@@ -174,6 +179,7 @@ def _source_bytes(graph: Graph, region: list[Node], value: str) -> int:
         seen.add(v)
         node = produced.get(v)
         if node is not None:
+            broadcast |= node.op_type in BROADCAST_OPS
             stack.extend(x for x in node.inputs if x)
             continue
         tensor = graph.initializers.get(v)
@@ -182,5 +188,4 @@ def _source_bytes(graph: Graph, region: list[Node], value: str) -> int:
         else:
             array = graph.const(v)
             total += 0 if array is None else int(np.asarray(array).nbytes)
-    return total
-
+    return total, broadcast

@@ -113,9 +113,11 @@ class _Inference:
         self.seen: set[str] = set()
         self.runs = 0
 
+    MAX_RUNS = 2  # the first run, and one refresh for values other passes created since
+
     def prepare(self, names: list[str], ctx: PassContext) -> None:
         """Run inference unless every name already existed at the last run."""
-        if any(name not in self.seen for name in names):
+        if self.runs < self.MAX_RUNS and any(name not in self.seen for name in names):
             self._run(ctx)
 
     def type_of(self, graph: Graph, name: str) -> TypeProto | None:

@@ -106,6 +106,18 @@ def test_size_guard_allows_the_same_fold_with_a_large_limit():
     assert big.shape == (4096, 4096) and big.dtype == np.float32 and bool(np.all(big == np.float32(0.5)))
 
 
+def test_a_broadcast_into_an_add_operand_is_not_exempt_from_the_guard():
+    """Add(x, Expand(c, big)) : the runtime broadcasts for free what the file would have to store."""
+    n = 2048
+    m = io.load_proto(_model(
+        [helper.make_node("Expand", ["scalar", "shape"], ["big"]), helper.make_node("Add", ["x", "big"], ["y"])],
+        [_vi("x", [n, n])], [_vi("y", [n, n])],
+        [_c("scalar", np.array(0.5, np.float32)), _c("shape", np.array([n, n], np.int64))]))
+    out, report, _ = optimize(m, passes=FOLD, max_fold_bytes=1 << 20)
+    assert _ops(out) == ["Expand", "Add"]
+    assert report.passes["fold-constants"].stats["skipped_size"] == 1
+
+
 def test_random_ops_never_fold():
     m = io.load_proto(_model(
         [helper.make_node("RandomUniform", [], ["r"], shape=[3], seed=1.0),
