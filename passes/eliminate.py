@@ -53,12 +53,20 @@ INT_MAX_END = 2**31 - 1  # exporters write INT_MAX / INT64_MAX for "slice to the
 # ---------------------------------------------------------------- helpers shared by cleanup passes
 
 
+def root_of(graph: Graph) -> Graph:
+    while graph.parent is not None:
+        graph = graph.parent
+    return graph
+
+
+def in_function(graph: Graph) -> bool:
+    """True inside a function body (or a subgraph of one)."""
+    return isinstance(root_of(graph).proto_shell, FunctionProto)
+
+
 def graph_opset(graph: Graph, ctx: PassContext, domain: str = "") -> int:
     """The opset a graph's ops are read with: a function body's own import, else the model's."""
-    root = graph
-    while root.parent is not None:
-        root = root.parent
-    shell = root.proto_shell
+    shell = root_of(graph).proto_shell
     if isinstance(shell, FunctionProto):
         wanted = ("", "ai.onnx") if domain in ("", "ai.onnx") else (domain,)
         for imp in shell.opset_import:
@@ -75,10 +83,7 @@ def add_constant(graph: Graph, array: np.ndarray, hint: str, ctx: PassContext) -
     subgraph cannot (its inputs are positional), so it gets a Constant op.
     """
     array = np.asarray(array)
-    root = graph
-    while root.parent is not None:
-        root = root.parent
-    if isinstance(root.proto_shell, FunctionProto) or (graph.parent is not None and not graph.overridable_initializers):
+    if in_function(graph) or (graph.parent is not None and not graph.overridable_initializers):
         if array.dtype.kind != "f" and graph_opset(graph, ctx) < 9:
             return None  # Constant-1 is float-only
         node = graph.add_node("Constant", [], 1, attrs={"value": numpy_helper.from_array(array)}, name=hint)
