@@ -9,6 +9,7 @@ streams external weights one tensor at a time, so a 10 GB model saves in constan
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 from typing import BinaryIO, Iterator
@@ -39,6 +40,8 @@ def parse_model(data: bytes, what: str = "file") -> ModelProto:
     except (DecodeError, RuntimeError, ValueError) as err:
         reason = str(err).splitlines()[0] if str(err) else "protobuf parse failed"
         raise BadModel(f"{what} is not an ONNX model (truncated or another format): {reason}") from None
+    if not _utf8_ok(data):
+        raise BadModel(f"{what}: a name or string field of the model is not valid UTF-8")
     if not proto.HasField("graph"):
         raise BadModel(f"{what} is not an ONNX model: it holds no graph")
     if proto.ir_version <= 0:
@@ -50,6 +53,43 @@ def parse_model(data: bytes, what: str = "file") -> ModelProto:
             if not 0 <= op.version < 2**31:
                 raise BadModel(f"{what}: opset version {op.version} of domain '{op.domain or 'ai.onnx'}' is not valid")
     return proto
+
+
+@functools.lru_cache(maxsize=1)
+def _strict_model_class() -> type | None:
+    """ModelProto as a protobuf-editions message with UTF-8 validation on every string field.
+
+    onnx.proto is proto2, whose parser accepts any bytes in a string field; Python then hands
+    back ``bytes`` (or raises) wherever such a name is read, deep inside graphtool. Parsing once
+    more with this twin rejects them up front, in C, at the cost of one extra parse.
+    """
+    try:
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+        fdp = descriptor_pb2.FileDescriptorProto()
+        ModelProto.DESCRIPTOR.file.CopyToProto(fdp)
+        fdp.syntax, fdp.edition = "editions", descriptor_pb2.EDITION_2023
+        features = fdp.options.features
+        features.field_presence = features.EXPLICIT  # proto2 semantics, except for UTF-8
+        features.enum_type = features.CLOSED
+        features.repeated_field_encoding = features.EXPANDED
+        features.utf8_validation = features.VERIFY
+        pool = descriptor_pool.DescriptorPool()
+        pool.Add(fdp)
+        return message_factory.GetMessageClass(pool.FindMessageTypeByName(ModelProto.DESCRIPTOR.full_name))
+    except Exception:  # an old protobuf without editions: names are then checked as they are read
+        return None
+
+
+def _utf8_ok(data: bytes) -> bool:
+    strict = _strict_model_class()
+    if strict is None:
+        return True
+    try:
+        strict().ParseFromString(data)
+    except DecodeError as err:
+        return "UTF-8" not in str(err)
+    return True
 
 
 def load(path: str | os.PathLike[str]) -> Model:
