@@ -190,6 +190,8 @@ def resolve_external(proto: TensorProto, base_dir: str) -> ExternalRef:
     location = fields.get("location", "")
     if not location:
         raise BadModel(f"tensor '{proto.name}' has external data without a location")
+    if "\0" in location:
+        raise UnsafePath(f"tensor '{proto.name}': external data path {location!r} contains a NUL byte")
     if os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in location[:3]:
         raise UnsafePath(f"tensor '{proto.name}': external data path '{location}' is absolute")
     parts = location.replace("\\", "/").split("/")
