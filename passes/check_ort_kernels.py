@@ -30,7 +30,6 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-import onnx
 from onnx import FunctionProto, NodeProto, TensorProto, TypeProto, helper
 
 from graphtool.check import ONNX_DOMAINS, add, local_functions, norm_domain, place_of, schema_at, show_domain
