@@ -401,8 +401,8 @@ def _elementwise(a: SymValue, b: SymValue | None, fn: Callable[[Dim, Dim], Dim |
         return None
     pairs, scalar = pb
     out = [fn(x, y) for x, y in pairs]
-    if any(d is None for d in out):
-        return None
+    if any(d is None or (isinstance(d, int) and not -(2**63) <= d < 2**63) for d in out):
+        return None  # undecided, or would wrap around in int64
     return SymValue(tuple(out), scalar, dtype)  # type: ignore[arg-type]
 
 

