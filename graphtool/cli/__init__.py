@@ -35,6 +35,12 @@ def _register_commands() -> None:
                 raise
 
 
+def one_line(text: str) -> str:
+    """``text`` as one printable line: names in a model may hold newlines, ANSI escapes or
+    bidi controls, and an error message quoting them must stay the single line we promise."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 def main(argv: list[str] | None = None) -> None:
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
@@ -43,12 +49,12 @@ def main(argv: list[str] | None = None) -> None:
         code = cli.main(args=argv, prog_name="graphtool", standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except GraphtoolError as err:
-        click.echo(f"graphtool: error: {err}", err=True)
+        click.echo(f"graphtool: error: {one_line(str(err))}", err=True)
         sys.exit(err.exit_code)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)
     except click.ClickException as err:
-        click.echo(f"graphtool: error: {err.format_message()}", err=True)
+        click.echo(f"graphtool: error: {one_line(err.format_message())}", err=True)
         sys.exit(2)
     except (click.Abort, KeyboardInterrupt):
         click.echo("graphtool: interrupted", err=True)
@@ -62,6 +68,6 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as err:  # a bug in graphtool: still one line, traceback on request
         if debug:
             traceback.print_exc()
-        message = str(err).splitlines()[0] if str(err) else ""
+        message = one_line(str(err).splitlines()[0]) if str(err).strip() else ""
         click.echo(f"graphtool: internal error: {type(err).__name__}: {message} (rerun with --debug)", err=True)
         sys.exit(2)
