@@ -25,6 +25,7 @@ LEVELS = {
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
 LEVEL_BY_NUMBER = {0: "off", 1: "basic", 2: "extended", 3: "all"}
+MAX_RANDOM_ELEMENTS = 1 << 28  # 1 GB of float32 per random input
 
 
 def session_options(level: str = "off", threads: int = 1, optimized_path: str | None = None) -> ort.SessionOptions:
@@ -87,6 +88,10 @@ def random_inputs(sess: ort.InferenceSession, seed: int = 0, shapes: dict[str, l
         if dtype is None:
             raise BadModel(f"input '{arg.name}' has type {arg.type}, which random inputs cannot fill")
         shape = shapes.get(arg.name) or [d if isinstance(d, int) and d >= 0 else dim_default for d in arg.shape]
+        elements = int(np.prod(shape, dtype=object)) if shape else 1
+        if elements > MAX_RANDOM_ELEMENTS:  # a declared dim of 2**40 must not allocate (or thrash) first
+            raise BadModel(f"input '{arg.name}' of shape {shape} is too large to fill with random inputs "
+                           f"({elements} elements; at most {MAX_RANDOM_ELEMENTS})")
         if dtype is np.str_:
             feeds[arg.name] = rng.integers(0, 4, size=shape).astype(str).astype(object)
         elif dtype is np.bool_:
