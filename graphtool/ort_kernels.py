@@ -7,6 +7,9 @@ import functools
 import onnx
 
 
+OPEN_ENDED = 2**31 - 1
+
+
 @functools.lru_cache(maxsize=1)
 def _cpu_kernels() -> dict[tuple[str, str], list[tuple[int, int]]]:
     from onnxruntime.capi import onnxruntime_pybind11_state as C
@@ -40,7 +43,9 @@ def has_cpu_kernel(op_type: str, domain: str, opset: int) -> bool:
     version = schema_version(op_type, domain, opset) if domain in ("", "ai.onnx.ml") else opset
     if version is None:
         return False
-    return any(lo <= version <= hi for lo, hi in ranges)
+    # ORT matches a kernel registered "since lo" (open-ended) only at exactly lo; a closed range
+    # [lo, hi] covers every schema version inside it.
+    return any(lo == version or (hi != OPEN_ENDED and lo <= version <= hi) for lo, hi in ranges)
 
 
 def is_function_op(op_type: str, domain: str, opset: int) -> bool:

@@ -226,6 +226,8 @@ class PassManager:
 
 
 def _refresh_owner(sub: Graph) -> None:
-    """After a subgraph changed, its owner's capture edges must follow what it now reads."""
-    if sub.parent is not None and sub.owner is not None and sub.owner in sub.parent.nx:
+    """After a subgraph changed, its owner's capture edges (and theirs, up the chain) must
+    follow what it now reads."""
+    while sub.parent is not None and sub.owner is not None and sub.owner in sub.parent.nx:
         sub.parent.refresh_captures(sub.parent.node(sub.owner))
+        sub = sub.parent

@@ -74,7 +74,8 @@ def compare_arrays(name: str, ref: Any, got: Any, rtol: float = RTOL, atol: floa
             diff = 0.0 if equal else 1.0
         return OutputDiff(name, diff, diff, equal, "" if equal else "values differ")
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    same_special = np.array_equal(np.isnan(a64), np.isnan(b64)) and np.array_equal(np.isinf(a64) * np.sign(a64), np.isinf(b64) * np.sign(b64))
+    same_special = np.array_equal(np.isnan(a64), np.isnan(b64)) and np.array_equal(
+        np.where(np.isinf(a64), np.sign(a64), 0), np.where(np.isinf(b64), np.sign(b64), 0))
     finite = np.isfinite(a64) & np.isfinite(b64)
     if not finite.any():
         return OutputDiff(name, 0.0, 0.0, same_special, "" if same_special else "NaN/inf positions differ")
@@ -94,7 +95,8 @@ def verify(original: Model, rewritten: Model, seed: int = 0, input_shapes: dict[
     names = [o.name for o in ref_sess.get_outputs()]
     new_names = [o.name for o in new_sess.get_outputs()]
     ref_out = ref_sess.run(None, feeds)
-    new_feeds = {k: v for k, v in feeds.items() if k in {i.name for i in new_sess.get_inputs()}}
+    accepted = {i.name for i in new_sess.get_inputs()} | {i.name for i in new_sess.get_overridable_initializers()}
+    new_feeds = {k: v for k, v in feeds.items() if k in accepted}
     new_out = dict(zip(new_names, new_sess.run(None, new_feeds)))
     result = Verification(True, rtol, atol)
     for name, ref in zip(names, ref_out):

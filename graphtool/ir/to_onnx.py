@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto
+from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, helper
 
 from graphtool.ir.from_onnx import gc_paused
 from graphtool.ir.graph import Graph, Node
@@ -17,6 +17,10 @@ TensorWriter = Callable[[Tensor], TensorProto]
 
 def _as_is(tensor: Tensor) -> TensorProto:
     return tensor.proto
+
+
+def _inline_tensor(tensor: Tensor) -> TensorProto:
+    return tensor.proto if tensor.external is None else helper.make_tensor(tensor.name, tensor.data_type, tensor.dims, tensor.raw_bytes(), raw=True)
 
 
 def node_to_proto(node: Node, write_tensor: TensorWriter = _as_is) -> NodeProto:
@@ -84,6 +88,12 @@ def graph_to_proto(graph: Graph, write_tensor: TensorWriter = _as_is, into: Grap
     out.node.extend(node_to_proto(n, write_tensor) for n in graph.topological_order())
     out.initializer.extend(write_tensor(t) for t in graph.initializers.values())
     out.input.extend(_value_info(k, v) for k, v in graph.inputs.items())
+    if not graph.overridable_initializers and graph.parent is None:
+        # IR < 4: every initializer must also be a graph input (passes add initializers freely)
+        out.input.extend(
+            helper.make_tensor_value_info(name, t.data_type, t.dims)
+            for name, t in graph.initializers.items() if name not in graph.inputs
+        )
     out.output.extend(_value_info(k, v) for k, v in graph.outputs.items())
     out.value_info.extend(graph.value_info.values())
     return out
@@ -92,6 +102,10 @@ def graph_to_proto(graph: Graph, write_tensor: TensorWriter = _as_is, into: Grap
 def function_to_proto(body: Graph, shell: FunctionProto) -> FunctionProto:
     out = FunctionProto()
     out.CopyFrom(shell)
+    # functions have no initializers: constants a pass added become Constant nodes
+    out.node.extend(
+        helper.make_node("Constant", [], [name], value=_inline_tensor(t)) for name, t in body.initializers.items()
+    )
     out.node.extend(node_to_proto(n) for n in body.topological_order())
     out.input.extend(body.inputs)
     out.output.extend(body.outputs)
