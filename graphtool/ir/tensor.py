@@ -145,6 +145,19 @@ _TYPED_FIELD = {
 }
 
 
+def _data_bytes(proto: TensorProto) -> int | None:
+    """Bytes the dims need in raw form (exact integers: dims may multiply past int64), or None
+    when the type has no fixed size (strings)."""
+    size = 1
+    for d in proto.dims:
+        size *= d
+    bits = _PACKED_BITS.get(proto.data_type)
+    if bits:
+        return (size * bits + 7) // 8
+    width = element_size(proto.data_type)
+    return size * int(width) if width else None
+
+
 def check_tensor(proto: TensorProto) -> None:
     """Refuse a tensor whose metadata lies, from metadata alone (no decode): an unknown data
     type, a negative dim, or inline data whose length disagrees with the dims. Such a tensor would
@@ -164,9 +177,7 @@ def check_tensor(proto: TensorProto) -> None:
     for d in proto.dims:
         size *= d
     if proto.HasField("raw_data"):
-        bits = _PACKED_BITS.get(proto.data_type)
-        expected = (size * bits + 7) // 8 if bits else size * int(element_size(proto.data_type))
-        got, unit = len(proto.raw_data), "bytes"
+        expected, got, unit = _data_bytes(proto), len(proto.raw_data), "bytes"
     else:
         field, per = _TYPED_FIELD.get(proto.data_type, ("int32_data", 1))
         bits = _PACKED_BITS.get(proto.data_type)
@@ -214,8 +225,8 @@ def resolve_external(proto: TensorProto, base_dir: str) -> ExternalRef:
             f"tensor '{proto.name}': external data range {offset}+{length} is past the end of "
             f"'{location}' ({size} bytes)"
         )
-    expected = Tensor(proto).size * element_size(proto.data_type)
-    if expected and length != expected:
+    expected = _data_bytes(proto)
+    if expected is not None and length != expected:
         raise BadModel(
             f"tensor '{proto.name}': external data holds {length} bytes, dims {list(proto.dims)} need {int(expected)}"
         )
