@@ -154,10 +154,7 @@ class _ExternalWriter:
             self.handle.write(chunk)
             self.offset += len(chunk)
         tensor.release()
-        proto = shell_of(
-            tensor.proto,
-            ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "external_data", "data_location"),
-        )
+        proto = tensor.metadata_proto()
         proto.data_location = TensorProto.EXTERNAL
         for key, value in (("location", self.location), ("offset", str(start)), ("length", str(self.offset - start))):
             entry = proto.external_data.add()

@@ -512,12 +512,7 @@ class Graph:
         self.outputs = _renamed(self.outputs, old, new)
         self.value_info = _renamed(self.value_info, old, new)
         if old in self.initializers:
-            tensor = self.initializers.pop(old)
-            proto = type(tensor.proto)()
-            proto.CopyFrom(tensor.proto)
-            proto.name = new
-            renamed = Tensor(proto, tensor.external)
-            self.initializers[new] = renamed
+            self.initializers[new] = self.initializers.pop(old).renamed(new)
 
     def remove_nodes(self, nodes: Iterable[Node]) -> None:
         """Remove ops and the values they produced; inputs left unused are dropped unless they
@@ -563,7 +558,7 @@ class Graph:
 
     def set_initializer(self, name: str, tensor: Tensor) -> None:
         if tensor.name != name:
-            tensor = Tensor.from_numpy(tensor.numpy(), name)
+            tensor = tensor.renamed(name)
         self.initializers[name] = tensor
         if name not in self.nx:
             self.nx.add_node(name)

@@ -21,6 +21,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
+DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data",
+               "string_data", "external_data", "data_location")
+
+
 @dataclass(frozen=True)
 class ExternalRef:
     """Where a tensor's bytes live on disk (already resolved and checked by ``io``)."""
@@ -49,52 +53,83 @@ def element_size(data_type: int) -> float:
 
 
 class Tensor:
-    """One initializer. ``proto`` is the original TensorProto; ``external`` its bytes on disk."""
+    """One initializer: the original TensorProto (``external`` says where its bytes live on disk),
+    or — for tensors a pass computed — just a numpy array, whose proto is built only when saved."""
 
-    __slots__ = ("proto", "external", "_array")
+    __slots__ = ("_proto", "external", "_array", "_name")
 
-    def __init__(self, proto: TensorProto, external: ExternalRef | None = None):
-        self.proto = proto
+    def __init__(self, proto: TensorProto | None = None, external: ExternalRef | None = None,
+                 *, array: np.ndarray | None = None, name: str = ""):
+        if proto is None and array is None:
+            raise ValueError("a Tensor needs a proto or an array")
+        self._proto = proto
         self.external = external
-        self._array: np.ndarray | None = None
+        self._array = array
+        self._name = name
 
     @classmethod
     def from_numpy(cls, array: np.ndarray, name: str) -> "Tensor":
-        tensor = cls(numpy_helper.from_array(np.asarray(array), name))
-        tensor._array = np.asarray(array)
-        return tensor
+        return cls(array=np.asarray(array), name=name)
+
+    @property
+    def proto(self) -> TensorProto:
+        """The TensorProto; for array-backed tensors a fresh one each call (not kept in memory)."""
+        if self._proto is not None:
+            return self._proto
+        return numpy_helper.from_array(np.asarray(self._array), self._name)
+
+    def metadata_proto(self) -> TensorProto:
+        """The proto without its data: name, dims, type, doc string (for external-data writes)."""
+        if self._proto is not None:
+            from graphtool.ir.from_onnx import shell_of
+
+            return shell_of(self._proto, DATA_FIELDS)
+        return TensorProto(name=self._name, dims=self.dims, data_type=self.data_type)
+
+    def renamed(self, name: str) -> "Tensor":
+        if self._proto is None:
+            return Tensor(array=self._array, name=name)
+        proto = TensorProto()
+        proto.CopyFrom(self._proto)
+        proto.name = name
+        return Tensor(proto, self.external)
 
     @property
     def name(self) -> str:
-        return self.proto.name
+        return self._proto.name if self._proto is not None else self._name
 
     @property
     def dims(self) -> tuple[int, ...]:
-        return tuple(self.proto.dims)
+        return tuple(self._proto.dims) if self._proto is not None else tuple(self._array.shape)
 
     @property
     def data_type(self) -> int:
-        return self.proto.data_type
+        if self._proto is not None:
+            return self._proto.data_type
+        return helper.np_dtype_to_tensor_dtype(self._array.dtype)
 
     @property
     def size(self) -> int:
         """Number of elements, from the dims alone."""
-        return int(np.prod(self.proto.dims, dtype=np.int64)) if self.proto.dims else 1
+        dims = self.dims
+        return int(np.prod(dims, dtype=np.int64)) if dims else 1
 
     @property
     def nbytes(self) -> int:
         """Bytes of data, from metadata only (external length, raw_data length or dims × dtype)."""
         if self.external is not None:
             return self.external.length
-        if self.proto.HasField("raw_data"):
-            return len(self.proto.raw_data)
-        return int(self.size * element_size(self.proto.data_type))
+        if self._proto is None:
+            return int(self._array.nbytes)
+        if self._proto.HasField("raw_data"):
+            return len(self._proto.raw_data)
+        return int(self.size * element_size(self._proto.data_type))
 
     def numpy(self) -> np.ndarray:
         """The values; reads (and caches) only this tensor's bytes."""
         if self._array is None:
             if self.external is None:
-                self._array = numpy_helper.to_array(self.proto)
+                self._array = numpy_helper.to_array(self._proto)
             else:
                 inline = TensorProto()
                 inline.CopyFrom(self.proto)
@@ -107,9 +142,9 @@ class Tensor:
     def raw_bytes(self) -> bytes:
         """The little-endian bytes as stored in ``raw_data`` or in the external file."""
         if self.external is None:
-            if self.proto.HasField("raw_data"):
-                return self.proto.raw_data
-            return numpy_helper.from_array(self.numpy()).raw_data
+            if self._proto is not None and self._proto.HasField("raw_data"):
+                return self._proto.raw_data
+            return numpy_helper.from_array(np.asarray(self.numpy())).raw_data
         return b"".join(self.iter_chunks())
 
     def iter_chunks(self, chunk: int = 64 << 20) -> Iterator[bytes]:
@@ -126,8 +161,8 @@ class Tensor:
                     yield mm[start : min(start + chunk, ref.offset + ref.length)]
 
     def release(self) -> None:
-        """Drop the cached array (used while streaming a save)."""
-        if self.external is not None:
+        """Drop the cached array of a file-backed tensor (used while streaming a save)."""
+        if self.external is not None and self._proto is not None:
             self._array = None
 
 
