@@ -35,7 +35,8 @@ What it emits:
   weight when q, k, v project the same x with constant weights; otherwise
   ``com.microsoft.MultiHeadAttention`` on the three projections.
 * ``--target onnx`` (``fuse-attention``): ONNX ``Attention`` (opset >= 23) on the three
-  projections, with ``is_causal`` / ``attn_mask``; models below opset 23 are left alone (see
+  projections — packed into one MatMul + Split when their weights are constant — with
+  ``is_causal`` / ``attn_mask``; models below opset 23 are left alone (see
   ``graphtool.opset_upgrade`` to raise the opset first).
 
 Known limit: if an additive mask's batch is larger than the input's batch of 1 (the original
@@ -495,7 +496,10 @@ def _emit(graph: Graph, ctx: PassContext, dims: Dims, match: Match, flavour: str
         attrs = {"q_num_heads": match.heads, "kv_num_heads": match.heads, "scale": float(match.scale)}
         if match.causal_fill is not None:
             attrs["is_causal"] = 1
-        inputs = [q.out, k.out, v.out] + ([bias_input] if bias_input else [])
+        qkv = [q.out, k.out, v.out]
+        if _has_weights(match) and _packable(graph, match):
+            qkv = _pack_projections(graph, match, name, anchor)
+        inputs = qkv + ([bias_input] if bias_input else [])
         node = graph.add_node("Attention", inputs, [fused_out], attrs, name=name, near=anchor)
     if x_shape is not None:
         record_shape(graph, dims.shapes, fused_out, [x_shape[0], x_shape[1], match.hidden], 1)
@@ -510,6 +514,27 @@ def _emit(graph: Graph, ctx: PassContext, dims: Dims, match: Match, flavour: str
     ctx.absorbed(node, absorbed)
     drop_dead_constants(graph, match.leftovers)
     return node
+
+
+def _packable(graph: Graph, match: Match) -> bool:
+    """Three separate MatMul(+Add) projections (not already one packed Split)."""
+    return all(p.nodes and p.nodes[-1].op_type == "MatMul" for p in (match.q, match.k, match.v))
+
+
+def _pack_projections(graph: Graph, match: Match, name: str, near: Node | None) -> list[str]:
+    """x @ Wq + bq, x @ Wk + bk, x @ Wv + bv  →  Split(x @ [Wq|Wk|Wv] + [bq|bk|bv]): one GEMM."""
+    q, k, v = match.q, match.k, match.v
+    graph.remove_nodes([n for p in (q, k, v) for n in p.nodes])
+    weight = np.concatenate([q.weight, k.weight, v.weight], axis=1).astype(np.float32)
+    w_name = graph.add_initializer(weight, f"{name}_qkv_weight")
+    packed = graph.add_node("MatMul", [q.x, w_name], 1, name=f"{name}/qkv", near=near).outputs[0]
+    if any(p.bias is not None for p in (q, k, v)):
+        bias = np.concatenate([p.bias if p.bias is not None else np.zeros(match.hidden, np.float32) for p in (q, k, v)])
+        b_name = graph.add_initializer(bias.astype(np.float32), f"{name}_qkv_bias")
+        packed = graph.add_node("Add", [packed, b_name], 1, name=f"{name}/qkv_bias", near=near).outputs[0]
+    sizes = graph.add_initializer(np.array([match.hidden] * 3, np.int64), f"{name}_qkv_split")
+    split = graph.add_node("Split", [packed, sizes], 3, {"axis": -1}, name=f"{name}/qkv_split", near=near)
+    return list(split.outputs)
 
 
 def _run(graph: Graph, ctx: PassContext, flavour_of) -> PassResult:

@@ -20,6 +20,9 @@ It refuses unless:
    broadcasts the kernel supports);
 3. the bias Add's output has no other reader (the sum s may have: it becomes output 3);
 4. the dtype is float32.
+
+RMS norms (ORT's SimplifiedLayerNormalization, or RMSNormalization at opset 23) take the same rule
+and become ``SkipSimplifiedLayerNormalization`` (no beta).
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ def _bias_split(graph: Graph, dims: Dims, value: str, reader: Node, hidden: int)
 
 @register(level=2, target="ort", priority=62)
 class OrtSkipLayerNorm(Pass):
-    """Add (+ bias Add) + LayerNormalization → com.microsoft SkipLayerNormalization."""
+    """Add (+ bias Add) + LayerNormalization (or RMS norm) → com.microsoft Skip(Simplified)LayerNormalization."""
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         counts = {"fused": 0, "with_bias": 0}
@@ -84,11 +87,12 @@ class OrtSkipLayerNorm(Pass):
         shapes = Shapes(graph, ctx)
         dims = Dims(graph, shapes)
         namer = Namer(graph)
-        for ln in graph.nodes("LayerNormalization"):
-            if not graph.has_node(ln) or not is_op(ln, "LayerNormalization") or len([o for o in ln.outputs if o]) != 1:
-                continue
-            if self._fuse(graph, ctx, shapes, dims, namer, ln, counts):
-                counts["fused"] += 1
+        for op_type in ("LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization"):
+            for ln in graph.nodes(op_type):
+                if not graph.has_node(ln) or not is_op(ln, op_type) or len([o for o in ln.outputs if o]) != 1:
+                    continue
+                if self._fuse(graph, ctx, shapes, dims, namer, ln, counts):
+                    counts["fused"] += 1
         return PassResult(counts["fused"] > 0, counts)
 
     @staticmethod
@@ -103,8 +107,9 @@ class OrtSkipLayerNorm(Pass):
         axis = ln.attr("axis", -1)
         if hidden is None or rank not in (2, 3) or axis not in (-1, rank - 1):
             return False
+        simplified = ln.op_type != "LayerNormalization"  # RMS norm: no mean, no beta
         gamma = graph.const(ln.inputs[1])
-        beta = graph.const(ln.inputs[2]) if len(ln.inputs) > 2 and ln.inputs[2] else None
+        beta = graph.const(ln.inputs[2]) if len(ln.inputs) > 2 and ln.inputs[2] and not simplified else None
         if gamma is None or gamma.shape != (hidden,) or (len(ln.inputs) > 2 and ln.inputs[2] and (beta is None or beta.shape != (hidden,))):
             return False
         a, b = add.inputs
@@ -124,17 +129,24 @@ class OrtSkipLayerNorm(Pass):
         x, skip = pair
         keep_sum = graph.is_output(s) or any(u != ln for u, _ in graph.uses(s))
         outputs = [ln.outputs[0], "", "", s if keep_sum else ""]
-        inputs = [x, skip, ln.inputs[1], ln.inputs[2] if beta is not None else "", bias]
+        if simplified:
+            fused = "SkipSimplifiedLayerNormalization"
+            inputs = [x, skip, ln.inputs[1], bias]
+        else:
+            fused = "SkipLayerNormalization"
+            inputs = [x, skip, ln.inputs[1], ln.inputs[2] if beta is not None else "", bias]
         while inputs and not inputs[-1]:
             inputs.pop()
+        if not contrib_allowed(graph, ctx, fused):
+            return False
         use_ms_domain(ctx)
-        name = namer(chain, "SkipLayerNormalization", fallback=ln.name)
+        name = namer(chain, fused, fallback=ln.name)
         absorbed = [n.name or n.op_type for n in chain]
         attrs = {"epsilon": float(ln.attr("epsilon", 1e-5))}
         while outputs and not outputs[-1]:
             outputs.pop()
         s_shape = shapes.shape(s)
-        node = replace_with(graph, chain, "SkipLayerNormalization", inputs, outputs, attrs, name=name)
+        node = replace_with(graph, chain, fused, inputs, outputs, attrs, name=name)
         for value in outputs[::3]:  # the normalized value and the kept sum have the input's shape
             if value:
                 record_shape(graph, shapes, value, s_shape, 1)

@@ -1,0 +1,73 @@
+"""RMS norm → RMSNormalization (opset 23) / SimplifiedLayerNormalization (--target ort, below 23)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.passes.ort_helpers import assert_same_outputs, ops, run
+
+H = 16
+
+
+def rms_model(opset=17, form="div", gamma=True, eps=1e-6, exponent=2.0, axes=(-1,), residual=False):
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.array(exponent, np.float32), "two"),
+             numpy_helper.from_array(np.array(eps, np.float32), "eps"),
+             numpy_helper.from_array((1 + 0.1 * rng.standard_normal(H)).astype(np.float32), "gamma"),
+             numpy_helper.from_array(np.array(axes, np.int64), "axes")]
+    inputs = [helper.make_tensor_value_info("x0", TensorProto.FLOAT, ["batch", "seq", H])]
+    nodes = []
+    x = "x0"
+    if residual:
+        inputs.append(helper.make_tensor_value_info("skip", TensorProto.FLOAT, ["batch", "seq", H]))
+        nodes.append(helper.make_node("Add", ["x0", "skip"], ["x"]))
+        x = "x"
+    rm = (helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1) if opset >= 18
+          else helper.make_node("ReduceMean", ["sq"], ["ms"], axes=list(axes), keepdims=1))
+    nodes += [helper.make_node("Pow", [x, "two"], ["sq"]), rm,
+              helper.make_node("Add", ["ms", "eps"], ["v"]), helper.make_node("Sqrt", ["v"], ["r"])]
+    if form == "div":
+        nodes.append(helper.make_node("Div", [x, "r"], ["n"]))
+    else:
+        nodes += [helper.make_node("Reciprocal", ["r"], ["ir"]), helper.make_node("Mul", [x, "ir"], ["n"])]
+    nodes.append(helper.make_node("Mul", ["gamma", "n"], ["y"]) if gamma else helper.make_node("Identity", ["n"], ["y"]))
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("form", ["div", "reciprocal"])
+def test_rms_norm_becomes_rmsnormalization_at_opset_23(form):
+    original, fused, _ = run(rms_model(opset=23, form=form), ["fuse-rms-norm"], target="onnx")
+    assert ops(fused) == {"RMSNormalization": 1}
+    node = fused.graph.nodes("RMSNormalization")[0]
+    assert node.attr("axis") == -1 and node.attr("epsilon") == pytest.approx(1e-6)
+    assert_same_outputs(original, fused)
+
+
+def test_below_23_standard_target_leaves_it_and_ort_target_uses_simplified_layernorm():
+    proto = rms_model(opset=17)
+    original, same, _ = run(proto, ["fuse-rms-norm"], target="onnx")
+    assert ops(same) == ops(original)
+    original, fused, _ = run(proto, ["ort-rms-norm"])
+    assert ops(fused) == {"SimplifiedLayerNormalization": 1}
+    assert_same_outputs(original, fused)
+
+
+def test_residual_add_makes_skip_simplified_layernorm():
+    original, fused, _ = run(rms_model(opset=17, residual=True), ["ort-rms-norm", "ort-skip-layer-norm"])
+    assert ops(fused) == {"com.microsoft:SkipSimplifiedLayerNormalization": 1}
+    assert_same_outputs(original, fused)
+
+
+def test_no_gamma_uses_ones_when_the_size_is_static():
+    original, fused, _ = run(rms_model(opset=23, gamma=False), ["fuse-rms-norm"], target="onnx")
+    assert ops(fused) == {"RMSNormalization": 1, "Identity": 1}
+    assert_same_outputs(original, fused)
+
+
+@pytest.mark.parametrize("kwargs", [{"exponent": 3.0}, {"axes": (1,)}])
+def test_refuses_other_powers_and_non_trailing_axes(kwargs):
+    original, result, _ = run(rms_model(opset=23, **kwargs), ["fuse-rms-norm"], target="onnx")
+    assert ops(result) == ops(original)
