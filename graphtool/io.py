@@ -196,11 +196,19 @@ def save(model: Model, path: str | os.PathLike[str], external: bool | None = Non
             handle.write(data)
         return
     location = os.path.basename(path) + ".data"
-    with atomic_file(os.path.join(folder, location)) as data_handle:
-        proto = to_onnx(model, _ExternalWriter(data_handle, location))
-        data = proto.SerializeToString()
+    data_path = os.path.join(folder, location)
+    placed = False
+    try:  # the data file goes into place first: the model must never exist without its weights
         with atomic_file(path) as handle:
-            handle.write(data)
+            with atomic_file(data_path) as data_handle:
+                proto = to_onnx(model, _ExternalWriter(data_handle, location))
+            placed = True
+            handle.write(proto.SerializeToString())
+    except BaseException:
+        if placed:  # weights without their model are of no use to anyone
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(data_path)
+        raise
 
 
 def to_bytes(model: Model) -> bytes:
