@@ -573,15 +573,23 @@ def holds_initializers(graph: Graph, model: Model) -> bool:
     return graph.parent is None or graph.overridable_initializers
 
 
-def place_constant(graph: Graph, model: Model, name: str, proto: TensorProto) -> None:
-    """Make ``name`` (whose producer was just removed) a constant holding ``proto``'s value."""
-    if proto.name != name:
-        proto.name = name
+def place_constant(graph: Graph, model: Model, name: str, value: np.ndarray | TensorProto) -> None:
+    """Make ``name`` (whose producer was just removed) a constant holding ``value``.
+
+    An array stays an array (its proto is built only when the model is saved), so a folded
+    weight is held once, not twice."""
     if holds_initializers(graph, model):
-        tensor = Tensor(proto)
+        tensor = Tensor(_named(value, name)) if isinstance(value, TensorProto) else Tensor.from_numpy(value, name)
         graph.set_initializer(name, tensor)
         if not graph.overridable_initializers and graph.parent is None and not graph.is_input(name):
             # IR < 4: every initializer must also be a graph input.
-            graph.inputs[name] = helper.make_tensor_value_info(name, proto.data_type, list(proto.dims))
+            graph.inputs[name] = helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims))
     else:
-        graph.add_node("Constant", [], [name], {"value": proto}, name=name)
+        proto = value if isinstance(value, TensorProto) else numpy_helper.from_array(value, name)
+        graph.add_node("Constant", [], [name], {"value": _named(proto, name)}, name=name)
+
+
+def _named(proto: TensorProto, name: str) -> TensorProto:
+    if proto.name != name:
+        proto.name = name
+    return proto

@@ -21,7 +21,8 @@ from graphtool.errors import BadModel, GraphtoolError
 from graphtool.ir.from_onnx import from_onnx, shell_of
 from graphtool.ir.model import Model
 from graphtool.ir.tensor import Tensor
-from graphtool.ir.to_onnx import to_onnx
+from graphtool.ir.stream import write_model
+from graphtool.ir.to_onnx import _as_is, to_onnx
 
 PROTOBUF_LIMIT = 2**31 - 1
 INLINE_LIMIT = 1_800_000_000  # above this many weight bytes, a save goes to external data
@@ -189,11 +190,10 @@ def save(model: Model, path: str | os.PathLike[str], external: bool | None = Non
     if external is None:
         external = wants_external(model)
     if not external:
-        data = to_onnx(model).SerializeToString()
-        if len(data) > PROTOBUF_LIMIT:
-            raise GraphtoolError("model exceeds 2 GB; save it with external data")
         with atomic_file(path) as handle:
-            handle.write(data)
+            written = write_model(model, to_onnx(model, main_initializers=False), handle, _as_is)
+            if written > PROTOBUF_LIMIT:
+                raise GraphtoolError("model exceeds 2 GB; save it with external data")
         return
     location = os.path.basename(path) + ".data"
     data_path = os.path.join(folder, location)

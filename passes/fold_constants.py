@@ -129,7 +129,7 @@ class FoldConstants(Pass):
                 for value in wanted:
                     if not graph.has_value(value):
                         continue
-                    place_constant(graph, ctx.model, value, numpy_helper.from_array(computed.pop(value), value))
+                    place_constant(graph, ctx.model, value, computed.pop(value))
                 stats["folded"] += len(region)
         stats = {k: v for k, v in stats.items() if v}
         return PassResult(changed=bool(stats.get("folded") or stats.get("constants")), stats=stats)

@@ -121,9 +121,10 @@ class Tensor:
             return self.external.length
         if self._proto is None:
             return int(self._array.nbytes)
-        if self._proto.HasField("raw_data"):
-            return len(self._proto.raw_data)
-        return int(self.size * element_size(self._proto.data_type))
+        per_element = element_size(self._proto.data_type)
+        if per_element:  # from dims: reading raw_data would copy the bytes out of protobuf
+            return int(np.ceil(self.size * per_element))
+        return self._proto.ByteSize()
 
     def numpy(self) -> np.ndarray:
         """The values; reads (and caches) only this tensor's bytes."""

@@ -79,14 +79,16 @@ def _value_info(name: str, info: ValueInfoProto | None) -> ValueInfoProto:
     return info if info is not None else ValueInfoProto(name=name)
 
 
-def graph_to_proto(graph: Graph, write_tensor: TensorWriter = _as_is, into: GraphProto | None = None) -> GraphProto:
+def graph_to_proto(graph: Graph, write_tensor: TensorWriter = _as_is, into: GraphProto | None = None,
+                   initializers: bool = True) -> GraphProto:
     out = into if into is not None else GraphProto()
     if graph.proto_shell is not None:
         out.CopyFrom(graph.proto_shell)
     elif graph.name:
         out.name = graph.name
     out.node.extend(node_to_proto(n, write_tensor) for n in graph.topological_order())
-    out.initializer.extend(write_tensor(t) for t in graph.initializers.values())
+    if initializers:
+        out.initializer.extend(write_tensor(t) for t in graph.initializers.values())
     out.input.extend(_value_info(k, v) for k, v in graph.inputs.items())
     if not graph.overridable_initializers and graph.parent is None:
         # IR < 4: every initializer must also be a graph input (passes add initializers freely)
@@ -113,12 +115,13 @@ def function_to_proto(body: Graph, shell: FunctionProto) -> FunctionProto:
     return out
 
 
-def to_onnx(model: Model, write_tensor: TensorWriter = _as_is) -> ModelProto:
+def to_onnx(model: Model, write_tensor: TensorWriter = _as_is, main_initializers: bool = True) -> ModelProto:
     """The ModelProto for ``model``; ``write_tensor`` decides how each initializer is stored
-    (as it is, or redirected to an external-data file while saving)."""
+    (as it is, or redirected to an external-data file while saving). Without
+    ``main_initializers`` the main graph's weights are left out (``stream`` writes them)."""
     out = ModelProto()
     out.CopyFrom(model.proto_shell)
     with gc_paused():
-        graph_to_proto(model.graph, write_tensor, into=out.graph)
+        graph_to_proto(model.graph, write_tensor, into=out.graph, initializers=main_initializers)
         out.functions.extend(function_to_proto(fn.body, fn.proto_shell) for fn in model.functions)
     return out
