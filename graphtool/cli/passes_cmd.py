@@ -20,6 +20,6 @@ def passes_command(as_json: bool) -> None:
          "module": c.__module__, "description": c.describe()}
         for c in sorted(registry.values(), key=lambda c: (c.level, c.priority, c.name))
     ]
-    table = format_table([[r["name"], r["level"], r["target"], r["description"]] for r in rows],
-                         ["pass", "level", "target", "description"])
+    table = format_table([[r["name"], r["level"], r["target"], "check" if r["analysis"] else "rewrite", r["description"]]
+                          for r in rows], ["pass", "level", "target", "kind", "description"])
     emit(rows, as_json, table)
