@@ -1,0 +1,88 @@
+"""graphtool diff A B"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+from graphtool import io
+from graphtool.cli import cli
+from graphtool.diff import diff, format_diff
+from graphtool.errors import UsageError
+
+FORMATS = ("text", "json", "dot", "svg", "html")
+_BY_EXTENSION = {".txt": "text", ".json": "json", ".dot": "dot", ".gv": "dot", ".svg": "svg", ".html": "html", ".htm": "html"}
+
+
+def output_format(fmt: str | None, as_json: bool, output: str | None) -> str:
+    """--format wins, --json is --format json, else -o's extension, else text."""
+    if as_json:
+        if fmt not in (None, "json"):
+            raise UsageError(f"--json and --format {fmt} contradict each other")
+        return "json"
+    if fmt is not None:
+        return fmt
+    if output:
+        return _BY_EXTENSION.get(os.path.splitext(output)[1].lower(), "text")
+    return "text"
+
+
+def check_output_folder(output: str | None) -> None:
+    if output and not os.path.isdir(os.path.dirname(os.path.abspath(output))):
+        raise UsageError(f"{output}: folder does not exist")
+
+
+def write_output(data: bytes, output: str | None) -> None:
+    """To ``output`` atomically (a failed run leaves no file), else to stdout."""
+    if output:
+        with io.atomic_file(output) as handle:
+            handle.write(data)
+    else:
+        stream = click.get_binary_stream("stdout")
+        stream.write(data if data.endswith(b"\n") else data + b"\n")
+        stream.flush()
+
+
+@cli.command("diff")
+@click.argument("a_path", metavar="A", type=click.Path(dir_okay=False))
+@click.argument("b_path", metavar="B", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+              help="text (default), json, or a picture: dot, svg, html. Default: from -o's extension.")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write here instead of stdout.")
+@click.option("--context", type=click.IntRange(0, 1000), default=1, show_default=True,
+              help="Hops of unchanged nodes drawn around each change in a picture.")
+@click.pass_context
+def diff_command(ctx: click.Context, a_path: str, b_path: str, fmt: str | None, as_json: bool,
+                 output: str | None, context: int) -> None:
+    """Compare two models node by node: what was added, removed or changed (attributes, inputs,
+    op type, initializer values), plus graph-level changes (inputs, outputs, opsets, IR version,
+    metadata). Nodes are matched by structure first, so renamed or reordered copies compare equal.
+    Exit code 0 when the models are equal, 1 when they differ, 2 on bad input."""
+    fmt = output_format(fmt, as_json, output)
+    check_output_folder(output)
+    a, b = io.load(a_path), io.load(b_path)
+    if fmt in ("dot", "svg", "html"):
+        from graphtool.render.dot import infer_shapes
+
+        a, b = infer_shapes(a), infer_shapes(b)  # shapes on the picture's edges
+    result = diff(a, b)
+    if fmt == "text":
+        data = format_diff(result, a_path, b_path, limit=10**9 if output else 200).encode("utf-8")
+    elif fmt == "json":
+        report = dict(result.as_dict(), a=a_path, b=b_path)
+        data = json.dumps(report, indent=2, ensure_ascii=False, default=str).encode("utf-8")
+    else:
+        from graphtool.render.dot import diff_picture
+
+        picture = diff_picture(result, context)
+        picture.title = f"{os.path.basename(a_path)} → {os.path.basename(b_path)}: {picture.title}"
+        data = picture.render(fmt)
+    write_output(data, output)
+    if output:
+        c = result.counts
+        click.echo(f"{'equal' if result.equal else 'different'}: {c['removed']} removed, {c['added']} added, "
+                   f"{c['changed']} changed, {c['graph_changes']} graph-level; wrote {output}")
+    ctx.exit(0 if result.equal else 1)
