@@ -15,6 +15,7 @@ SVG ``<title>`` is replaced by our own XML-escaped text. Node ids never contain 
 
 from __future__ import annotations
 
+import difflib
 import html
 import re
 from collections import Counter, deque
@@ -323,7 +324,6 @@ class _ModelView:
     def __init__(self, model: Model, max_nodes: int, around: str | None, depth: int):
         self.model = model
         self.labels = _Labels(model, fold_constant_nodes=True)
-        self.dot_ids: dict[tuple[int, int], str] = {}  # (graph key, node id) -> element id
         self.graph_keys: dict[int, int] = {}
         self.selected: dict[int, set[int]] | None = None  # graph key -> node ids (None: all)
         self.picture = Picture(_new_dot(""))
@@ -335,6 +335,7 @@ class _ModelView:
         self.cluster_of: dict[int, tuple[Graph, Node]] = {}  # subgraph key -> (parent, owner)
         self.drawn_ids: set[tuple[int, int]] = set()
         self.elision_sources: set[str] = set()
+        self.output_nodes: list[tuple[Graph, str, str]] = []  # (graph, value, element id)
         if around is not None:
             self._select_around(around, depth)
 
@@ -358,8 +359,6 @@ class _ModelView:
                     break
         if found is None:
             names = sorted({n.name for _, g in self.model.graphs() for n in g.nodes() if n.name})
-            import difflib
-
             close = difflib.get_close_matches(target, names, n=3)
             hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             raise UsageError(f"--around: no node or value named {target!r}{hint}")
@@ -389,10 +388,13 @@ class _ModelView:
         model, pic = self.model, self.picture
         root = self.focus_graph if self.focus_graph is not None else model.graph
         drawn = self._plan(root)
-        for graph, nodes in drawn:
-            self._emit_graph(graph, nodes, root)
+        self._emit_graph(root, dict(drawn), root)
         for graph, nodes in drawn:
             self._emit_edges(graph, nodes)
+        for graph, value, vid in self.output_nodes:
+            src = self._source(graph, value)
+            if src is not None:
+                self._edge(src, vid, graph, value)
         if self.truncated:
             elided = pic.total - pic.shown
             note = (f"{elided} more nodes not drawn (--max-nodes {self.max_nodes}); "
@@ -443,13 +445,14 @@ class _ModelView:
     def node_id(self, graph: Graph, node: Node) -> str:
         return f"g{self.gkey(graph)}n{node.id}"
 
-    def _emit_graph(self, graph: Graph, nodes: list[Node], root: Graph) -> None:
+    def _emit_graph(self, graph: Graph, plan: dict[Graph, list[Node]], root: Graph) -> graphviz.Digraph:
+        """Declare a graph's nodes, in the root or in a cluster nested in its owner's graph."""
         pic = self.picture
         target = pic.dot
         gk = self.gkey(graph)
-        cluster = None
+        nodes = plan[graph]
         if graph is not root:
-            owner_graph, owner = self.cluster_of[gk]
+            _, owner = self.cluster_of[gk]
             attr = next((k for k, v in owner.attrs.items()
                          if v is graph or (isinstance(v, list) and any(s is graph for s in v))), "body")
             cluster = graphviz.Digraph(name=f"cluster_g{gk}")
@@ -465,12 +468,13 @@ class _ModelView:
             target.node(nid, label=label, fillcolor=fill, color=border, id=nid)
             pic.titles[nid] = hover
             pic.info[nid] = info
-        if graph is root or cluster is not None:
-            self._emit_io(graph, target, nodes, root)
-        if cluster is not None:
-            pic.dot.subgraph(cluster)
+            for sub in node.subgraphs():
+                if sub in plan:
+                    target.subgraph(self._emit_graph(sub, plan, root))
+        self._emit_io(graph, target, nodes)
+        return target
 
-    def _emit_io(self, graph: Graph, target: graphviz.Digraph, nodes: list[Node], root: Graph) -> None:
+    def _emit_io(self, graph: Graph, target: graphviz.Digraph, nodes: list[Node]) -> None:
         pic = self.picture
         gk = self.gkey(graph)
         drawn = {n.id for n in nodes}
@@ -500,9 +504,7 @@ class _ModelView:
                         style="filled", fillcolor="#fff3e0", color="#ffa726", id=vid)
             pic.titles[vid] = f"output {value}\n{detail}"
             pic.info[vid] = {"output": value, "type": detail}
-            src = self._source(graph, value)
-            if src is not None:
-                self._edge(src, vid, graph, value)
+            self.output_nodes.append((graph, value, vid))
 
     def _source(self, graph: Graph, value: str) -> str | None:
         """The element an edge carrying ``value`` starts from (None: folded or not drawn)."""

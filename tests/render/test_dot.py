@@ -7,6 +7,8 @@ import subprocess
 import time
 import xml.etree.ElementTree as ET
 
+import numpy as np
+import onnx
 import pytest
 
 from graphtool import io
@@ -167,3 +169,39 @@ def test_equal_models_give_a_no_differences_picture():
     picture = diff_picture(diff(model, io.load(f"{FIXTURES}/conv_bn.onnx")))
     assert picture.shown == 0 and "no differences" in picture.source
     ET.fromstring(picture.svg())
+
+
+def _nested_model():
+    """A Loop whose body holds an If: clusters inside clusters."""
+    from onnx import TensorProto, helper
+
+    vi = lambda name, shape=(4,): helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))  # noqa: E731
+    then_g = helper.make_graph([helper.make_node("Relu", ["acc_in"], ["t"], name="then_relu")], "then_g", [], [vi("t")])
+    else_g = helper.make_graph([helper.make_node("Neg", ["acc_in"], ["e"], name="else_neg")], "else_g", [], [vi("e")])
+    body = helper.make_graph(
+        [helper.make_node("Greater", ["acc_in", "zero"], ["pos"], name="positive"),
+         helper.make_node("ReduceMin", ["pos_f"], ["any"], keepdims=0, name="rmin"),
+         helper.make_node("Cast", ["pos"], ["pos_f"], to=TensorProto.FLOAT, name="cast"),
+         helper.make_node("Cast", ["any"], ["cond_out"], to=TensorProto.BOOL, name="cond"),
+         helper.make_node("If", ["cond_out"], ["acc_out"], then_branch=then_g, else_branch=else_g, name="inner_if")],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         vi("acc_in")],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), vi("acc_out")],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x"], ["y"], body=body, name="loop")], "nested",
+        [vi("x"), helper.make_tensor_value_info("n", TensorProto.INT64, [])], [vi("y")],
+        [onnx.numpy_helper.from_array(np.zeros(4, np.float32), "zero")])
+    return io.load_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_nested_subgraphs_are_nested_clusters():
+    picture = model_picture(_nested_model())
+    source = picture.source
+    assert picture.shown == 8
+    assert "\tsubgraph cluster_g" in source  # the body
+    assert "\t\tsubgraph cluster_g" in source  # the If branches, inside the body's cluster
+    assert source.count("subgraph cluster_") == 3
+    texts, _ = _svg_texts(picture.svg())
+    assert "then_relu" in texts and "else_neg" in texts
