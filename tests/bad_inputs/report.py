@@ -1,0 +1,62 @@
+"""Print the bad-input table (markdown): case × command → exit code and the stderr message.
+
+    .venv/bin/python -m tests.bad_inputs.report [--slow] [--only CASE,...] [--commands inspect,...]
+
+Each cell is ``exit`` plus the first 80 characters of the first stderr line; a cell is marked
+**FAIL** with the reason when the run breaks an expectation of ``make_bad_inputs.CASES``
+(exit code, one stderr line, no traceback, no file left, no open outside the model's folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.bad_inputs.harness import available_commands, problems, run_command
+from tests.bad_inputs.make_bad_inputs import CASES
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--slow", action="store_true", help="include slow cases (the million-node model)")
+    parser.add_argument("--only", help="comma-separated case names")
+    parser.add_argument("--commands", help="comma-separated commands")
+    args = parser.parse_args(argv)
+    commands = available_commands()
+    if args.commands:
+        commands = [c for c in commands if c in args.commands.split(",")]
+    cases = [c for c in CASES if (args.slow or not c.slow) and (not args.only or c.name in args.only.split(","))]
+    root = Path(tempfile.mkdtemp(prefix="graphtool-bad-inputs-"))
+    failures, opened_outside, runs = 0, 0, 0
+    print("| case | " + " | ".join(commands) + " |")
+    print("|---|" + "---|" * len(commands))
+    start = time.perf_counter()
+    for case in cases:
+        cells = []
+        for command in commands:
+            if not case.runs(command):
+                cells.append("(skipped)")
+                continue
+            run = run_command(case, command, root)
+            runs += 1
+            opened_outside += len(run.outside)
+            bad = problems(case, run)
+            failures += bool(bad)
+            text = f"{run.exit_code} {run.message.removeprefix('graphtool: ')[:80]}".strip()
+            cells.append(_cell(text) + (f" **FAIL: {'; '.join(bad)}**" if bad else ""))
+        print(f"| {case.name} | " + " | ".join(cells) + " |", flush=True)
+    print()
+    print(f"{len(cases)} cases × {len(commands)} commands: {runs} runs in {time.perf_counter() - start:.0f} s, "
+          f"{failures} failing, {opened_outside} files opened outside the model's folder")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
