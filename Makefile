@@ -30,5 +30,11 @@ bench: setup
 fixtures: setup
 	$(PY) fixtures/make_fixtures.py
 
+fuzz: setup
+	@# make fuzz SECONDS=N: coverage-guided fuzzing of load → IR → save → load → inspect (fuzz/fuzz_load.py)
+	@mkdir -p $(or $(FUZZ_DIR),/tmp/graphtool-fuzz)/corpus $(or $(FUZZ_DIR),/tmp/graphtool-fuzz)/crashes
+	$(PY) fuzz/fuzz_load.py -max_total_time=$(or $(SECONDS),60) -timeout=20 -rss_limit_mb=3000 -print_final_stats=1 \
+		-artifact_prefix=$(or $(FUZZ_DIR),/tmp/graphtool-fuzz)/crashes/ $(or $(FUZZ_DIR),/tmp/graphtool-fuzz)/corpus
+
 clean:
 	rm -rf $(VENV) .pytest_cache
