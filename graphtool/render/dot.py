@@ -194,7 +194,7 @@ class Picture:
 
     def pipe(self, fmt: str) -> bytes:
         try:
-            return self.dot.pipe(format=fmt)
+            return self.dot.pipe(format=fmt, quiet=True)  # dot's own stderr would break our one-line promise
         except graphviz.ExecutableNotFound:
             raise GraphtoolError("rendering needs Graphviz's 'dot' program (apt-get install graphviz)") from None
         except graphviz.CalledProcessError as err:
