@@ -82,6 +82,8 @@ class _Loader:
 
     def nodes(self, graph: Graph, nodes: Iterable[NodeProto], ir_version: int) -> None:
         for index, node in enumerate(nodes):
+            if not node.op_type:
+                raise BadModel(f"node {index} ('{node.name}') has no op_type")
             attrs: dict[str, Any] = {}
             for attr in node.attribute:
                 if attr.type == AttributeProto.GRAPH:
