@@ -362,6 +362,8 @@ CASES: list[Case] = [
          message="never defined"),
     Case("output_not_produced", "a graph output no node produces", _proto_case(_output_not_produced),
          message="not produced"),
+    Case("empty_op_type", "sweep regression: a node with an empty op_type (viz drew <B></B>, dot choked)",
+         _edit(lambda m: setattr(m.graph.node[1], "op_type", "")), message="no op_type"),
     Case("duplicate_initializer", "two initializers with one name", _proto_case(_duplicate_initializer),
          message="defined twice"),
     Case("unused_input", "a graph input nothing reads (dangling input): valid", _proto_case(_unused_input),
