@@ -33,14 +33,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import numpy as np
-from onnx import AttributeProto, TensorProto, numpy_helper
+from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
-from graphtool.ir.graph import Graph, Node
+from graphtool.ir.graph import Graph, Node, constant_node_value
 from graphtool.ir.model import Model
 from graphtool.ir.tensor import Tensor, dtype_name
 
 ADDED, REMOVED, CHANGED = "added", "removed", "changed"
-_RADIUS = 3  # hops through unmatched nodes when looking for a leftover's matched neighbours
+_RADIUS = 10  # hops through unmatched nodes when looking for a leftover's matched neighbours
 _MAX_VISIT = 64  # nodes one such local search may look at (keeps high fan-out values cheap)
 
 
@@ -161,14 +161,29 @@ def _digest(data: bytes) -> str:
 
 def tensor_key(tensor: Tensor | TensorProto) -> tuple:
     """(dtype, dims, content digest): equal keys mean equal values, whatever the tensor's name."""
-    proto = tensor.proto if isinstance(tensor, Tensor) else tensor
-    if proto.data_type == TensorProto.STRING:
-        content = _digest(b"\0".join(proto.string_data))
-    elif isinstance(tensor, Tensor):
-        content = _digest(tensor.raw_bytes())
-    else:
-        content = _digest(np.ascontiguousarray(numpy_helper.to_array(proto)).tobytes())
-    return (proto.data_type, tuple(proto.dims), content)
+    if isinstance(tensor, Tensor):
+        if tensor.data_type == TensorProto.STRING:
+            return array_key(tensor.numpy())
+        return (tensor.data_type, tensor.dims, _digest(tensor.raw_bytes()))
+    return array_key(numpy_helper.to_array(tensor))
+
+
+def array_key(array: np.ndarray) -> tuple:
+    """The same key for a numpy value (a Constant node's), so that a Constant op and an
+    initializer holding the same value are the same thing to the diff."""
+    array = np.asarray(array)
+    if array.dtype.kind in "OUS":
+        content = _digest(b"\0".join(str(v).encode() for v in array.ravel()))
+        return (TensorProto.STRING, tuple(array.shape), content)
+    data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
+    return (data_type, tuple(array.shape), _digest(np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()))
+
+
+def _constant_key(node: Node) -> tuple | None:
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx"):
+        return None
+    value = constant_node_value(node)
+    return None if value is None else array_key(value)
 
 
 def _canon(value: Any) -> Any:
@@ -260,6 +275,7 @@ class _Hashes:
         self.forward: dict[int, int] = {}
         self.backward: dict[int, int] = {}
         self.value_hash: dict[str, int] = {}
+        self.constants: dict[int, tuple] = {}  # Constant node id -> content key
         self._init_keys: dict[str, tuple] = {}
         self._forward()
         self._backward()
@@ -311,9 +327,12 @@ class _Hashes:
                 sub_hashes,
             ))
             self.forward[node.id] = h
+            constant = _constant_key(node)
+            if constant is not None:
+                self.constants[node.id] = constant
             for slot, value in enumerate(node.outputs):
-                if value:
-                    self.value_hash[value] = hash((h, slot))
+                if value:  # a Constant's value hashes like an initializer of the same content
+                    self.value_hash[value] = hash(("init", constant)) if constant else hash((h, slot))
 
     def subgraph_hash(self, sub: Graph) -> int:
         inner = _Hashes(sub, positional_tokens(sub), self)
@@ -399,6 +418,9 @@ class _Match:
             return ("none",)
         producer = ga.producer(value)
         if producer is not None:
+            constant = self.ha.constants.get(producer.id)
+            if constant is not None:
+                return ("init", constant)
             b = self.a2b.get(producer.id)
             if b is None:
                 return ("a", value)
@@ -417,7 +439,12 @@ class _Match:
         gb = self.gb
         if not value:
             return ("none",)
-        if gb.producer(value) is None:
+        producer = gb.producer(value)
+        if producer is not None:
+            constant = self.hb.constants.get(producer.id)
+            if constant is not None:
+                return ("init", constant)
+        else:
             if value in gb.initializers:
                 return ("init", self.hb.init_key(value))
             if self.parent is not None and gb.is_free(value):
@@ -554,11 +581,40 @@ class _Match:
                 for cand, d in self._near(self.gb.node(anchor), node, upstream):
                     score[cand] += 1
                     depth[cand] = min(depth.get(cand, d), d)
-            if not score:
+            kinds = self._kinds(self.ga, node)
+            ranked = []
+            for cand in score:
+                other = self.gb.node(cand)
+                if self._kinds(self.gb, other) != kinds:
+                    continue
+                shared = self._shared(node, other)
+                # a candidate next to the anchor is evidence enough (a removed node in between);
+                # farther away it must also read something the same (a weight, a matched value)
+                if depth[cand] > 1 and shared == 0:
+                    continue
+                ranked.append(((shared, score[cand], -depth[cand], -self.hb.index[cand]), cand))
+            if ranked:
+                self.pair(node.id, max(ranked)[1], "neighbours")
+                self._propagate()
+
+    def _kinds(self, graph: Graph, node: Node) -> tuple[str, ...]:
+        """Per input slot: absent, a constant (initializer or Constant op), or a computed value."""
+        kinds = []
+        for value in node.inputs:
+            if not value:
+                kinds.append("")
                 continue
-            best = max(score, key=lambda c: (score[c], -depth[c], -self.hb.index[c]))
-            self.pair(node.id, best, "neighbours")
-            self._propagate()
+            producer = graph.producer(value)
+            constant = producer.op_type == "Constant" if producer is not None else value not in graph.inputs or value in graph.initializers
+            kinds.append("c" if constant else "v")
+        return tuple(kinds)
+
+    def _shared(self, a: Node, b: Node) -> int:
+        """Input slots that read the same thing (same constant content, or matched values)."""
+        return sum(
+            1 for va, vb in zip(a.inputs, b.inputs)
+            if va and vb and self.token_a(va) == self.token_b(vb)
+        )
 
     def _neighbours(self, graph: Graph, node: Node, upstream: bool) -> list[Node]:
         if upstream:
@@ -605,7 +661,7 @@ class _Match:
         for node in self.hb.order:
             if node.id not in self.b2a:
                 key = tuple(self.token_b(v) for v in node.inputs)
-                if any(t[0] == "v" for t in key):
+                if any(t[0] != "none" for t in key):
                     index[key].append(node.id)
         for node in self.ha.order:
             if node.id in self.a2b:

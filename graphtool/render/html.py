@@ -119,13 +119,14 @@ main { flex: 1; display: flex; min-height: 0; }
 #view { flex: 1; overflow: hidden; cursor: grab; background: #fafafa; }
 #view.dragging { cursor: grabbing; }
 #view svg { width: 100%; height: 100%; user-select: none; }
-aside { width: 380px; border-left: 1px solid #ddd; overflow: auto; padding: 8px; }
+aside { width: 460px; border-left: 1px solid #ddd; overflow: auto; padding: 8px; }
 aside h2 { font-size: 13px; margin: 8px 0 4px; }
 #details dl { margin: 0; }
 #details dt { font-weight: 600; margin-top: 6px; }
 #details dd { margin: 0 0 0 10px; font-family: ui-monospace, monospace; font-size: 12px; word-break: break-all; white-space: pre-wrap; }
 table { border-collapse: collapse; width: 100%; font-size: 12px; }
-td, th { text-align: left; padding: 2px 4px; border-bottom: 1px solid #eee; vertical-align: top; word-break: break-all; }
+td, th { text-align: left; padding: 2px 4px; border-bottom: 1px solid #eee; vertical-align: top; overflow-wrap: anywhere; }
+td:first-child, td:nth-child(2) { white-space: nowrap; }
 tr[data-node] { cursor: pointer; }
 tr[data-node]:hover { background: #eef3fb; }
 tr.added td:first-child { background: #c6efce; }
