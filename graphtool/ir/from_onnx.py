@@ -11,7 +11,7 @@ import gc
 from typing import Any, Iterable, Iterator
 
 from google.protobuf.message import Message
-from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto
+from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, SparseTensorProto, TensorProto
 
 from graphtool.errors import BadModel
 from graphtool.ir.graph import CAPTURE, Graph
@@ -53,6 +53,13 @@ class _Loader:
             return Tensor(proto, resolve_external(proto, self.base_dir))
         return Tensor(proto)
 
+    def sparse(self, proto: SparseTensorProto) -> None:
+        """Sparse tensors stay protos, but their parts get the same size and path guard: onnx and
+        onnxruntime would otherwise follow an external location we never checked."""
+        self.tensor(proto.values)
+        if proto.HasField("indices"):
+            self.tensor(proto.indices)
+
     def graph(self, proto: GraphProto, parent: Graph | None, ir_version: int) -> Graph:
         graph = Graph(proto.name, parent)
         graph.proto_shell = shell_of(proto, ("node", "initializer", "input", "output", "value_info"))
@@ -64,6 +71,7 @@ class _Loader:
             graph.initializers[tensor.name] = self.tensor(tensor)
             g.add_node(tensor.name)
         for sparse in proto.sparse_initializer:
+            self.sparse(sparse)
             graph.sparse_initializers.add(sparse.values.name)
             g.add_node(sparse.values.name)
         for info in proto.input:
@@ -93,6 +101,14 @@ class _Loader:
                 else:
                     if attr.type == AttributeProto.TENSOR and not attr.ref_attr_name:
                         self.tensor(attr.t)  # size and path guard only; Constant keeps its proto
+                    elif attr.type == AttributeProto.TENSORS:
+                        for t in attr.tensors:
+                            self.tensor(t)
+                    elif attr.type == AttributeProto.SPARSE_TENSOR and not attr.ref_attr_name:
+                        self.sparse(attr.sparse_tensor)
+                    elif attr.type == AttributeProto.SPARSE_TENSORS:
+                        for sparse in attr.sparse_tensors:
+                            self.sparse(sparse)
                     attrs[attr.name] = attr
             node_id = graph._new_op(node.op_type, node.domain, node.name, attrs, node, (index, 0))
             try:
