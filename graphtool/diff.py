@@ -903,7 +903,7 @@ def diff(a: Model, b: Model) -> DiffResult:
 # ---------------------------------------------------------------------------------- text
 
 
-def _detail_text(d: dict[str, Any]) -> str:
+def detail_text(d: dict[str, Any]) -> str:
     what = d["what"]
     if what in ("initializer", "constant"):
         shape = "x".join(map(str, d["shape_new"])) or "scalar"
@@ -967,7 +967,7 @@ def format_diff(result: DiffResult, label_a: str = "A", label_b: str = "B", limi
             if nd.change != CHANGED:
                 lines.append(f"{head} ({nd.change})")
                 continue
-            lines.append(head + ": " + "; ".join(_detail_text(d) for d in nd.details))
+            lines.append(head + ": " + "; ".join(detail_text(d) for d in nd.details))
     total = sum(len(g.nodes) for g in result.graphs)
     if total > shown:
         lines.append(f"... {total - shown} more node changes (use --format json for all)")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import difflib
 import html
 import re
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from graphtool.diff import ADDED, CHANGED, REMOVED, DiffResult, GraphDiff, _detail_text, change_text, describe
+from graphtool.diff import ADDED, CHANGED, REMOVED, DiffResult, GraphDiff, detail_text, change_text, describe
 from graphtool.errors import GraphtoolError, UsageError
 from graphtool.ir.graph import Graph, Node, constant_node_value
 from graphtool.ir.model import Model
@@ -689,7 +689,7 @@ class _DiffView:
             else:  # context: an unchanged node, drawn from B
                 graph, node, nd = gd.b, gd.b.node(_id_of(key)), None  # type: ignore[union-attr]
             kind = status.get(key, "context")
-            extra = [_detail_text(d) for d in nd.details][:3] if nd is not None and nd.change == CHANGED else []
+            extra = [detail_text(d) for d in nd.details][:3] if nd is not None and nd.change == CHANGED else []
             labels = self.labels_b if graph is gd.b else self.labels_a
             label, hover, info = labels.op(graph, node, extra=[_cut(e, 44) for e in extra])
             fill, border = COLORS[kind]
@@ -699,17 +699,17 @@ class _DiffView:
             if kind in (ADDED, REMOVED, CHANGED):
                 style["penwidth"] = "2"
             target.node(key, label=label, id=key, **style)
-            full = [kind.upper(), hover] + ([_detail_text(d) for d in nd.details] if nd is not None else [])
+            full = [kind.upper(), hover] + ([detail_text(d) for d in nd.details] if nd is not None else [])
             pic.titles[key] = "\n".join(full)
             info = dict(info, change=kind, scope=gd.scope)
             if nd is not None and nd.details:
-                info["details"] = [_detail_text(d) for d in nd.details]
+                info["details"] = [detail_text(d) for d in nd.details]
             pic.info[key] = info
             pic.shown += 1
         for nd in gd.nodes:
             key = f"d{gi}b{nd.b.id}" if nd.b is not None else f"d{gi}a{nd.a.id}"  # type: ignore[union-attr]
             pic.rows.append({"id": key, "change": nd.change, "scope": gd.scope, "op_type": nd.node.op_type,
-                             "name": describe(nd.node), "details": [_detail_text(d) for d in nd.details]})
+                             "name": describe(nd.node), "details": [detail_text(d) for d in nd.details]})
         for src, dst, graph, value, style in edges:
             ends = [src, dst]
             if not all(e in seen or not e.startswith("d") for e in ends):
