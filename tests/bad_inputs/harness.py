@@ -269,3 +269,31 @@ def problems(case: Case, run: Run) -> list[str]:
     if run.outside:
         found.append(f"opened outside the allowed folders: {sorted(set(run.outside))[:3]}")
     return found
+
+
+def unguarded_resolve(proto, base_dir):  # type: ignore[no-untyped-def]
+    """resolve_external without its guard: what a path-traversal bug would look like."""
+    from graphtool.ir.tensor import ExternalRef
+
+    fields = {e.key: e.value for e in proto.external_data}
+    return ExternalRef(os.path.join(base_dir, fields["location"]), int(fields.get("offset", 0)), int(fields["length"]))
+
+
+def _main(argv: list[str]) -> int:
+    """``python -m tests.bad_inputs.harness ROOT COMMAND CASE...``: run already-built cases in
+    one process (the strace test traces it, to see opens from C++ code the audit hook misses)."""
+    from tests.bad_inputs.make_bad_inputs import BY_NAME
+
+    root, command, names = Path(argv[0]), argv[1], argv[2:]
+    if os.environ.get("BAD_INPUTS_UNGUARDED"):  # the strace test's control: no path guard
+        import graphtool.ir.from_onnx as from_onnx
+
+        from_onnx.resolve_external = unguarded_resolve
+    for name in names:
+        run = run_command(BY_NAME[name], command, root)
+        print(name, run.exit_code, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

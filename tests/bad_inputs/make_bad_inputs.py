@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,6 +210,30 @@ def _edit(edit: Callable[[onnx.ModelProto], None]) -> Callable[[Path], None]:
         _save(folder, m)
 
     return build
+
+
+def _outside_ref(t: TensorProto) -> TensorProto:
+    t.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", f"../{SECRET}"), ("offset", "0"), ("length", "8")):
+        entry = t.external_data.add()
+        entry.key, entry.value = key, value
+    return t
+
+
+def _sparse_outside() -> onnx.SparseTensorProto:
+    values = _outside_ref(TensorProto(name="sp", data_type=TensorProto.FLOAT, dims=[2]))
+    return helper.make_sparse_tensor(values, numpy_helper.from_array(np.array([0, 3], np.int64), "sp_idx"), [2, 3])
+
+
+def _ext_sparse_initializer() -> onnx.ModelProto:
+    m = _model([helper.make_node("Add", ["x", "sp"], ["y"])], [_vi("x")], [_vi("y")])
+    m.graph.sparse_initializer.append(_sparse_outside())
+    return m
+
+
+def _ext_sparse_attribute() -> onnx.ModelProto:
+    return _model([helper.make_node("Constant", [], ["c"], sparse_value=_sparse_outside()),
+                   helper.make_node("Add", ["x", "c"], ["y"])], [_vi("x")], [_vi("y")])
 
 
 def _symlink_file(folder: Path) -> None:
@@ -409,6 +434,10 @@ CASES: list[Case] = [
          setup=_symlink_file), message="leaves"),
     Case("ext_symlink_dir", "external data under a symlinked folder pointing out", _external(f"up/{SECRET}", data=None,
          setup=_symlink_dir), message="leaves"),
+    Case("ext_sparse_initializer", "a sparse initializer whose values are at ../secret.bin",
+         _proto_case(_ext_sparse_initializer), message="leaves"),
+    Case("ext_sparse_attribute", "a Constant's sparse_value with values at ../secret.bin",
+         _proto_case(_ext_sparse_attribute), message="leaves"),
     Case("ext_offset_past_eof", "offset beyond the end of the data file", _external("weights.bin", offset=100),
          message="past the end"),
     Case("ext_length_past_eof", "length beyond the end of the data file", _external("weights.bin", length=4096),
@@ -450,7 +479,9 @@ def build(case: Case, root: Path) -> Path:
     if not secret.exists():
         secret.write_bytes(b"SECRET" * 4096)
     folder = root / case.name
-    folder.mkdir(exist_ok=True)
+    if folder.exists():  # rebuild from scratch: builders create files and symlinks
+        shutil.rmtree(folder)
+    folder.mkdir()
     case.build(folder)
     return folder / MODEL
 

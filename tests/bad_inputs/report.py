@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from tests.bad_inputs.harness import available_commands, problems, run_command
-from tests.bad_inputs.make_bad_inputs import CASES
+from tests.bad_inputs.make_bad_inputs import CASES, MODEL
 
 
 def _cell(text: str) -> str:
@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             opened_outside += len(run.outside)
             bad = problems(case, run)
             failures += bool(bad)
-            text = f"{run.exit_code} {run.message.removeprefix('graphtool: ')[:80]}".strip()
+            message = run.message.replace(str(root / case.name / MODEL), MODEL).removeprefix("graphtool: ")
+            text = f"{run.exit_code} {message[:80]}".strip()
             cells.append(_cell(text) + (f" **FAIL: {'; '.join(bad)}**" if bad else ""))
         print(f"| {case.name} | " + " | ".join(cells) + " |", flush=True)
     print()

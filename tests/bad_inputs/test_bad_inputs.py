@@ -69,16 +69,10 @@ def test_the_audit_hook_catches_an_open_outside(corpus):
     """Control: with the external-data guard switched off, optimize (which reads weights) does
     open ../secret.bin, and the hook sees it. Without this, a silent hook would pass everything."""
     import graphtool.ir.from_onnx as from_onnx
-    from graphtool.ir.tensor import ExternalRef
-
-    def unguarded(proto, base_dir):
-        fields = {e.key: e.value for e in proto.external_data}
-        path = os.path.join(base_dir, fields["location"])
-        return ExternalRef(path, int(fields.get("offset", 0)), int(fields["length"]))
 
     case = BY_NAME["ext_dotdot"]
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(from_onnx, "resolve_external", unguarded)
+        mp.setattr(from_onnx, "resolve_external", harness.unguarded_resolve)
         run = run_command(case, "optimize", corpus)
     assert any(p.endswith(SECRET) for p in run.outside), (run.exit_code, run.stderr, run.outside)
     # and with the guard on, the same run never touches it
@@ -198,3 +192,43 @@ def test_fuzz_target_smoke():
             except Exception:
                 break  # the mutator met a proto it cannot edit; test what it made so far
         fuzz.TestOneInput(m.SerializeToString())
+
+
+# ------------------------------------------------------------------ C++ opens too
+
+ESCAPES = [c.name for c in CASES if c.name.startswith("ext_") and c.message in ("leaves", "absolute")]
+
+
+def _strace(corpus: Path, command: str, names: list[str], **env: str) -> tuple[dict[str, str], str]:
+    import sys
+
+    for name in names:
+        build(BY_NAME[name], corpus)
+    trace = corpus / f"strace.{command}.txt"
+    proc = subprocess.run(["strace", "-f", "-qq", "-e", "trace=open,openat,openat2,execve", "-o", str(trace),
+                           sys.executable, "-m", "tests.bad_inputs.harness", str(corpus), command, *names],
+                          capture_output=True, text=True, cwd=Path(__file__).parents[2], timeout=600,
+                          env={**os.environ, **env})
+    if proc.returncode != 0 and "ptrace" in proc.stderr:
+        pytest.skip(f"strace cannot trace here: {proc.stderr.strip()[:200]}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return dict(line.split() for line in proc.stdout.splitlines()), trace.read_text()
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed")
+def test_strace_control_sees_an_unguarded_read(corpus):
+    """Control: with the guard patched out, strace does see secret.bin opened."""
+    _, opens = _strace(corpus, "optimize", ["ext_dotdot"], BAD_INPUTS_UNGUARDED="1")
+    assert SECRET in opens
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed")
+@pytest.mark.parametrize("command", COMMANDS_NOW)
+def test_strace_no_open_of_the_bait(corpus, command):
+    """The audit hook sees Python's opens only; onnx's checker and onnxruntime open files from
+    C++. Under strace, every case that points outside its folder runs through ``command`` and
+    the bait file ``secret.bin`` is never opened by anyone (graphtool, onnx, onnxruntime, dot)."""
+    codes, opens = _strace(corpus, command, ESCAPES)
+    assert codes == {name: "2" for name in ESCAPES}
+    assert "open" in opens  # the trace is real
+    assert SECRET not in opens, [line for line in opens.splitlines() if SECRET in line][:5]
