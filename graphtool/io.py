@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import tempfile
+import secrets
 from typing import BinaryIO, Iterator
 
 from google.protobuf.message import DecodeError
@@ -167,9 +167,20 @@ class _ExternalWriter:
 def atomic_file(path: str) -> Iterator[BinaryIO]:
     """A temp file in ``path``'s folder that becomes ``path`` only if the block succeeds."""
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    # Named before it exists, and created inside a try: a Ctrl-C landing at any instant (even
+    # inside the call that creates it, where mkstemp would not yet have told us the name) still
+    # knows what to remove.
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
     try:
-        with os.fdopen(fd, "wb") as handle:
+        handle = open(tmp, "xb")
+    except FileExistsError:
+        raise GraphtoolError(f"{tmp}: temp file already exists") from None
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    try:
+        with handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
