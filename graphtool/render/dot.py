@@ -77,12 +77,13 @@ def html_text(text: str, limit: int | None = LABEL_WIDTH) -> str:
 
 
 def html_label(*parts: str) -> str:
-    """An HTML-like label from already-escaped parts, one per line."""
-    return "<" + "<BR/>".join(p for p in parts if p) + ">"
+    """An HTML-like label from already-escaped parts, one per line (dot rejects an empty one)."""
+    return "<" + ("<BR/>".join(p for p in parts if p) or " ") + ">"
 
 
 def small(text_html: str, color: str = "#555555") -> str:
-    return f'<FONT POINT-SIZE="8" COLOR="{color}">{text_html}</FONT>'
+    """Small coloured text; nothing for no text (dot rejects empty elements like <FONT></FONT>)."""
+    return f'<FONT POINT-SIZE="8" COLOR="{color}">{text_html}</FONT>' if text_html else ""
 
 
 def xml_text(text: str) -> str:
@@ -277,7 +278,7 @@ class _Labels:
         attrs = {k: v for k, v in node.attrs.items() if not isinstance(v, Graph)
                  and not (isinstance(v, list) and v and isinstance(v[0], Graph))}
         attr_lines = [f"{k}={_cut(attr_text(k, v), 28)}" for k, v in attrs.items()]
-        parts = [f"<B>{html_text(op)}</B>"]
+        parts = [f"<B>{html_text(op or '?')}</B>"]
         if node.name:
             parts.append(small(html_text(node.name, 36)))
         shown = attr_lines[:max_attrs] + ([f"+{len(attr_lines) - max_attrs} more"] if len(attr_lines) > max_attrs else [])

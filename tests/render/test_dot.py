@@ -205,3 +205,15 @@ def test_nested_subgraphs_are_nested_clusters():
     assert source.count("subgraph cluster_") == 3
     texts, _ = _svg_texts(picture.svg())
     assert "then_relu" in texts and "else_neg" in texts
+
+
+def test_untyped_values_and_empty_texts_still_render():
+    """dot rejects empty HTML elements (<B></B>, <FONT></FONT>) and empty labels: an input with
+    no type, a node with no name, an empty string attribute must not produce them."""
+    from onnx import helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"], name="", tag="")], "g",
+        [helper.make_value_info("x", onnx.TypeProto())], [helper.make_value_info("y", onnx.TypeProto())])
+    model = io.load_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    ET.fromstring(model_picture(model).svg())
