@@ -15,9 +15,9 @@ It refuses unless:
 
 1. LayerNormalization normalizes only the last axis, has one output, and gamma (and beta, when
    given) are constant 1-D of the hidden size H = the input's static last dim;
-2. the input has rank 2 or 3 (the kernel's limit), a and b are both non-constant, and their shapes
-   are provably the same — or b is provably a [1, S, H] / [S, H] broadcast of a rank-3 a (the
-   broadcasts the kernel supports);
+2. the input has rank 2 or 3 (the kernel's limit) and is not a constant, and the two operands' shapes
+   are provably the same — or the skip is provably a [1, S, H] / [S, H] broadcast of a rank-3 input
+   (the broadcasts the kernel supports; ViT's constant position embedding is such a skip);
 3. the bias Add's output has no other reader (the sum s may have: it becomes output 3);
 4. the dtype is float32.
 
@@ -113,7 +113,7 @@ class OrtSkipLayerNorm(Pass):
         if gamma is None or gamma.shape != (hidden,) or (len(ln.inputs) > 2 and ln.inputs[2] and (beta is None or beta.shape != (hidden,))):
             return False
         a, b = add.inputs
-        if graph.const(a) is not None or graph.const(b) is not None or not shapes.is_float(s):
+        if (graph.const(a) is not None and graph.const(b) is not None) or not shapes.is_float(s):
             return False
         chain = [add, ln]
         bias = ""
@@ -124,8 +124,8 @@ class OrtSkipLayerNorm(Pass):
                 chain.insert(0, split[2])
                 break
         pair = _input_and_skip(dims, a, b)
-        if pair is None:
-            return False
+        if pair is None or graph.const(pair[0]) is not None:
+            return False  # a constant may only be the skip (e.g. ViT's [1, S, H] position embedding)
         x, skip = pair
         keep_sum = graph.is_output(s) or any(u != ln for u, _ in graph.uses(s))
         outputs = [ln.outputs[0], "", "", s if keep_sum else ""]
