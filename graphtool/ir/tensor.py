@@ -11,8 +11,8 @@ absolute ``data_path`` it is given.
 
 from __future__ import annotations
 
-import mmap
 import os
+import sys
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -131,6 +131,19 @@ class Tensor:
         if self._array is None:
             if self.external is None:
                 self._array = numpy_helper.to_array(self._proto)
+            elif self._proto.data_type in _PLAIN_DTYPES and sys.byteorder == "little":
+                # straight from the file into the array: a 256 MB weight costs 256 MB, not the
+                # ~3x of bytes -> inline TensorProto -> numpy_helper
+                array = np.empty(self.dims, _PLAIN_DTYPES[self._proto.data_type])
+                with open(self.external.path, "rb") as f:
+                    f.seek(self.external.offset)
+                    view, done = memoryview(array.reshape(-1).view(np.uint8)), 0
+                    while done < len(view):
+                        n = f.readinto(view[done:])
+                        if not n:
+                            raise OSError(f"{self.external.path}: file shrank while reading '{self.name}'")
+                        done += n
+                self._array = array
             else:
                 inline = TensorProto()
                 inline.CopyFrom(self.proto)
@@ -156,16 +169,31 @@ class Tensor:
         ref = self.external
         if ref.length == 0:
             return
+        # Plain reads, not mmap: pages mapped while copying count in the process's RSS until
+        # unmapped (a 256 MB weight added 256 MB to a save's peak); a read holds one chunk.
         with open(ref.path, "rb") as f:
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                for start in range(ref.offset, ref.offset + ref.length, chunk):
-                    yield mm[start : min(start + chunk, ref.offset + ref.length)]
+            f.seek(ref.offset)
+            left = ref.length
+            while left:
+                data = f.read(min(chunk, left))
+                if not data:
+                    raise OSError(f"{ref.path}: file shrank while reading '{self.name}'")
+                left -= len(data)
+                yield data
 
     def release(self) -> None:
         """Drop the cached array of a file-backed tensor (used while streaming a save)."""
         if self.external is not None and self._proto is not None:
             self._array = None
 
+
+# ONNX types whose external bytes are exactly this numpy dtype's little-endian layout
+_PLAIN_DTYPES = {
+    TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64, TensorProto.FLOAT16: np.float16,
+    TensorProto.INT8: np.int8, TensorProto.INT16: np.int16, TensorProto.INT32: np.int32,
+    TensorProto.INT64: np.int64, TensorProto.UINT8: np.uint8, TensorProto.UINT16: np.uint16,
+    TensorProto.UINT32: np.uint32, TensorProto.UINT64: np.uint64, TensorProto.BOOL: np.bool_,
+}
 
 _PACKED_BITS = {TensorProto.INT4: 4, TensorProto.UINT4: 4, getattr(TensorProto, "FLOAT4E2M1", -1): 4,
                 getattr(TensorProto, "INT2", -2): 2, getattr(TensorProto, "UINT2", -3): 2,
