@@ -1,4 +1,5 @@
-# Every target sets itself up: a venv in .venv and graphviz from apt when `dot` is missing.
+# Every target sets itself up: a venv in .venv, and from apt graphviz (`dot`) and chromium (the
+# HTML tests open pages in a real headless browser) when they are missing.
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 GT     := $(VENV)/bin/graphtool
@@ -10,7 +11,9 @@ STAMP  := $(VENV)/.installed
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
-	@command -v dot >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq graphviz >/dev/null; }
+	@missing=""; command -v dot >/dev/null || missing="$$missing graphviz"; \
+	 command -v chromium >/dev/null || missing="$$missing chromium"; \
+	 if [ -n "$$missing" ]; then $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing >/dev/null; fi
 	@[ -x $(PY) ] || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,bench]'
