@@ -40,6 +40,9 @@ def parse_model(data: bytes, what: str = "file") -> ModelProto:
         proto.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as err:
         reason = str(err).splitlines()[0] if str(err) else "protobuf parse failed"
+        if "MaxDepth" in reason:
+            raise BadModel(f"{what}: the model nests deeper than protobuf can parse (subgraphs inside subgraphs; "
+                           "onnx and onnxruntime cannot read it either)") from None
         raise BadModel(f"{what} is not an ONNX model (truncated or another format): {reason}") from None
     if not _utf8_ok(data):
         raise BadModel(f"{what}: a name or string field of the model is not valid UTF-8")
