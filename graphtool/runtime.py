@@ -33,7 +33,7 @@ def session_options(level: str = "off", threads: int = 1, optimized_path: str | 
     opts.graph_optimization_level = LEVELS[level]
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4  # fatal only: load errors reach the user as our one line, not as ORT log lines too
     if optimized_path:
         opts.optimized_model_filepath = optimized_path
     return opts
