@@ -361,7 +361,7 @@ def numpy_kernel(node: Node, args: list[np.ndarray | None], opset: int) -> list[
         return None
     try:
         out = fn(node, args, opset)
-    except (ValueError, IndexError, TypeError, OverflowError):
+    except (ValueError, IndexError, TypeError, OverflowError, AttributeError):  # AttributeError: an omitted input
         return None  # let ORT decide (and report the error)
     return out
 
