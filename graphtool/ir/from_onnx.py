@@ -11,7 +11,8 @@ import gc
 from typing import Any, Iterable, Iterator
 
 from google.protobuf.message import Message
-from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, SparseTensorProto, TensorProto
+from onnx import (AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, SparseTensorProto, TensorProto,
+                  TypeProto)
 
 from graphtool.errors import BadModel
 from graphtool.ir.graph import CAPTURE, Graph
@@ -39,6 +40,26 @@ def _is_repeated(fd: Any) -> bool:
     # protobuf ≥ 6 has FieldDescriptor.is_repeated and no longer .label
     flag = getattr(fd, "is_repeated", None)
     return bool(flag) if flag is not None else fd.label == fd.LABEL_REPEATED
+
+
+_ELEM_TYPES = frozenset(TensorProto.DataType.values())
+
+
+def check_value_type(tp: TypeProto, name: str) -> None:
+    """Refuse an element type no ONNX version defines (every dtype table downstream raises on it)."""
+    which = tp.WhichOneof("value")
+    if which in ("tensor_type", "sparse_tensor_type"):
+        elem = getattr(tp, which).elem_type
+        if elem not in _ELEM_TYPES:
+            raise BadModel(f"value '{name}' has an unknown element type {elem}")
+    elif which == "sequence_type":
+        check_value_type(tp.sequence_type.elem_type, name)
+    elif which == "optional_type":
+        check_value_type(tp.optional_type.elem_type, name)
+    elif which == "map_type":
+        if tp.map_type.key_type not in _ELEM_TYPES:
+            raise BadModel(f"value '{name}' has an unknown map key type {tp.map_type.key_type}")
+        check_value_type(tp.map_type.value_type, name)
 
 
 class _Loader:
@@ -74,6 +95,8 @@ class _Loader:
             self.sparse(sparse)
             graph.sparse_initializers.add(sparse.values.name)
             g.add_node(sparse.values.name)
+        for info in (*proto.input, *proto.output, *proto.value_info):
+            check_value_type(info.type, info.name)
         for info in proto.input:
             graph.inputs[info.name] = info
             g.add_node(info.name)
@@ -148,6 +171,7 @@ class _Loader:
             body.outputs[name] = None
             body.nx.add_node(name)
         for info in proto.value_info:
+            check_value_type(info.type, info.name)
             body.value_info[info.name] = info
         self.nodes(body, proto.node, ir_version)
         self.check_defined(body, f"function '{proto.domain}:{proto.name}'")
