@@ -15,6 +15,23 @@ def clone(model: Model) -> Model:
     return from_onnx(to_onnx(model), model.base_dir)
 
 
+def require_schema_valid(model: Model) -> None:
+    """Refuse standard ops with the wrong number of inputs/outputs or ill-typed attributes.
+
+    Passes read ``a, b = matmul.inputs`` and ``node.attr("perm")`` as the schema promises; on a
+    node that breaks its schema they would fail in arbitrary ways (found by fuzzing), and no
+    runtime could run the result anyway. ``graphtool check`` lists every such finding.
+    """
+    from graphtool.check import check
+    from graphtool.errors import BadModel
+
+    for finding in check(model, "none", passes=["check-schemas"]).findings:
+        if finding.severity == "error" and finding.kind in ("arity", "attribute"):
+            where = f"node '{finding.node}'" if finding.node else finding.scope
+            raise BadModel(f"{where}: {finding.message}; optimize needs ops that follow their ONNX schema "
+                           "(graphtool check lists every problem)")
+
+
 def optimize(
     model: Model,
     level: int = 1,
@@ -31,6 +48,7 @@ def optimize(
 
     The context carries the provenance map (new node → original nodes it absorbed).
     """
+    require_schema_valid(model)
     result = model if in_place else clone(model)
     chosen = select_passes(level, target, passes, skip)
     ctx = PassContext(result, level=level, target=target, max_fold_bytes=max_fold_bytes,
