@@ -35,55 +35,98 @@ def _count(path: str) -> int:
     return walk(onnx.load(path, load_external_data=False).graph)
 
 
+def _has_external_data(path: str) -> bool:
+    import onnx
+
+    return any(t.data_location == onnx.TensorProto.EXTERNAL
+               for t in onnx.load(path, load_external_data=False).graph.initializer)
+
+
 def _run(tool: str, src: str, out: str, level: int, target: str) -> None:
-    """Run inside the child process: import first, then time only the work."""
+    """Run inside the child process: import first, then time only the work.
+
+    A source with external data gets each tool's own large-model path (onnxsim's ``output_path``,
+    ORT's external-initializers file, onnx's ``save_as_external_data``): the plain calls cannot
+    write a result over protobuf's 2 GB limit, and no user would call them that way.
+    """
+    external = _has_external_data(src)
     if tool == "graphtool":
         from graphtool import io
         from graphtool.optimize import optimize
 
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         model, _, _ = optimize(io.load(src), level=level, target=target, in_place=True)
         io.save(model, out)
     elif tool.startswith("ort-"):
-        from graphtool.runtime import make_session
+        import onnxruntime as ort
 
-        start = time.perf_counter()
-        make_session(src, tool.split("-", 1)[1], optimized_path=out)
+        from graphtool.runtime import make_session, session_options
+
+        start, cpu_start = time.perf_counter(), time.process_time()
+        if external:
+            opts = session_options(tool.split("-", 1)[1], optimized_path=out)
+            opts.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                          os.path.basename(out) + ".data")
+            opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+            ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
+        else:
+            make_session(src, tool.split("-", 1)[1], optimized_path=out)
     elif tool == "onnxsim":
         import onnx
         from onnxsim import simplify
 
-        start = time.perf_counter()
-        model, ok = simplify(onnx.load(src))
-        onnx.save(model, out)
+        start, cpu_start = time.perf_counter(), time.process_time()
+        if external:
+            simplify(src, output_path=out)
+        else:
+            model, ok = simplify(onnx.load(src))
+            onnx.save(model, out)
     elif tool == "onnxslim":
         import onnxslim
 
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         onnxslim.slim(src, out)
     elif tool == "onnxoptimizer":
         import onnx
         import onnxoptimizer
 
-        start = time.perf_counter()
-        onnx.save(onnxoptimizer.optimize(onnx.load(src)), out)
+        start, cpu_start = time.perf_counter(), time.process_time()
+        onnx.save(onnxoptimizer.optimize(onnx.load(src)), out, save_as_external_data=external,
+                  location=os.path.basename(out) + ".data")
     else:
         raise SystemExit(f"unknown tool {tool}")
     seconds = time.perf_counter() - start
+    cpu_seconds = time.process_time() - cpu_start  # all threads; less sensitive than wall time to a busy machine
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"tool": tool, "seconds": seconds, "rss_mb": rss_mb, "nodes": _count(out)}))
+    print(json.dumps({"tool": tool, "seconds": seconds, "cpu_seconds": cpu_seconds, "rss_mb": rss_mb,
+                      "nodes": _count(out)}))
 
 
-def measure(tool: str, src: str, out: str, level: int = 1, target: str = "onnx", timeout: float = 1800) -> dict:
-    """Run ``tool`` on ``src`` in a child process; {"nodes", "seconds", "rss_mb"} or {"error"}."""
+_OOM_SIGNS = ("MemoryError", "bad_alloc", "Cannot allocate memory", "Failed to allocate", "out of memory")
+
+
+def measure(tool: str, src: str, out: str, level: int = 1, target: str = "onnx", timeout: float = 1800,
+            mem_limit_mb: int | None = None) -> dict:
+    """Run ``tool`` on ``src`` in a child process; {"nodes", "seconds", "rss_mb"} or {"error"}.
+
+    ``mem_limit_mb`` caps the child's address space (RLIMIT_AS) so one peer cannot take the
+    machine down; running out of it is reported as an error starting with "OOM".
+    """
+    def cap() -> None:
+        if mem_limit_mb:
+            limit = mem_limit_mb << 20
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
     try:
         proc = subprocess.run([sys.executable, __file__, tool, src, out, str(level), target],
-                              capture_output=True, text=True, timeout=timeout)
+                              capture_output=True, text=True, timeout=timeout, preexec_fn=cap)
     except subprocess.TimeoutExpired:
         return {"tool": tool, "error": f"timeout {timeout:.0f}s"}
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["failed"])[-1]
+        if any(sign in proc.stderr for sign in _OOM_SIGNS) or proc.returncode == -9:
+            return {"tool": tool, "error": f"OOM ({mem_limit_mb} MB cap): {tail[:80]}"}
         return {"tool": tool, "error": tail[:120]}
     return json.loads(lines[-1])
 
