@@ -43,6 +43,7 @@ def _is_repeated(fd: Any) -> bool:
 
 
 _ELEM_TYPES = frozenset(TensorProto.DataType.values())
+_ATTR_TYPES = frozenset(AttributeProto.AttributeType.values()) - {AttributeProto.UNDEFINED}
 
 
 def check_value_type(tp: TypeProto, name: str) -> None:
@@ -117,6 +118,9 @@ class _Loader:
                 raise BadModel(f"node {index} ('{node.name}') has no op_type")
             attrs: dict[str, Any] = {}
             for attr in node.attribute:
+                if attr.type not in _ATTR_TYPES:  # onnx's checker and onnxruntime refuse these too
+                    raise BadModel(f"node '{node.name or node.op_type}': attribute '{attr.name}' has no valid type "
+                                   f"({attr.type})")
                 if attr.type == AttributeProto.GRAPH:
                     attrs[attr.name] = self.graph(attr.g, graph, ir_version)
                 elif attr.type == AttributeProto.GRAPHS:
