@@ -11,6 +11,9 @@ Run it (``atheris`` is in the ``test`` extra)::
 
 An empty corpus folder is seeded with fixtures/*.onnx and fixtures/broken/*.onnx.
 
+``FUZZ_DEEP=1`` also runs ``check`` and ``optimize(level=1)`` (no verification) on every model
+that loads: slower (onnxruntime folds constants), and it reaches the passes.
+
 Plain libFuzzer flags apply (``-max_total_time``, ``-timeout``, ``-rss_limit_mb``, ``-jobs``).
 A crash writes ``crash-<sha1>`` (in ``-artifact_prefix``); reproduce it with
 ``.venv/bin/python fuzz/fuzz_load.py crash-<sha1>``, then add it as a case to
@@ -32,11 +35,17 @@ import tempfile
 
 import atheris
 
+DEEP = os.environ.get("FUZZ_DEEP") == "1"  # also run check and optimize --level 1 (slower, onnxruntime inside)
+
 with atheris.instrument_imports(include=["graphtool"]):
     from graphtool import io
     from graphtool.errors import GraphtoolError
     from graphtool.inspect import inspect_model
     from graphtool.ir.from_onnx import from_onnx
+
+    if DEEP:
+        from graphtool.check import check
+        from graphtool.optimize import optimize
 
 from onnx import AttributeProto, ModelProto, TensorProto, helper
 
@@ -58,6 +67,12 @@ def check_one(data: bytes) -> None:
     except GraphtoolError:
         return
     inspect_model(model, None)
+    if DEEP:
+        check(model, "ort")
+        try:
+            optimize(model, level=1)
+        except GraphtoolError:
+            pass
     try:
         io.save(model, OUT)
     except GraphtoolError:

@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slow", action="store_true", help="include slow cases (the million-node model)")
     parser.add_argument("--only", help="comma-separated case names")
     parser.add_argument("--commands", help="comma-separated commands")
+    parser.add_argument("--compact", action="store_true",
+                        help="one column per command with the exit code, then each distinct message once")
     args = parser.parse_args(argv)
     commands = available_commands()
     if args.commands:
@@ -35,11 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     cases = [c for c in CASES if (args.slow or not c.slow) and (not args.only or c.name in args.only.split(","))]
     root = Path(tempfile.mkdtemp(prefix="graphtool-bad-inputs-"))
     failures, opened_outside, runs = 0, 0, 0
-    print("| case | " + " | ".join(commands) + " |")
-    print("|---|" + "---|" * len(commands))
+    extra = ["stderr (first 80 chars; per command when they differ)"] if args.compact else []
+    print("| case | " + " | ".join(commands + extra) + " |")
+    print("|---|" + "---|" * (len(commands) + len(extra)))
     start = time.perf_counter()
     for case in cases:
-        cells = []
+        cells, messages = [], {}
         for command in commands:
             if not case.runs(command):
                 cells.append("(skipped)")
@@ -51,7 +54,16 @@ def main(argv: list[str] | None = None) -> int:
             failures += bool(bad)
             message = run.message.replace(str(root / case.name / MODEL), MODEL).removeprefix("graphtool: ")
             text = f"{run.exit_code} {message[:80]}".strip()
-            cells.append(_cell(text) + (f" **FAIL: {'; '.join(bad)}**" if bad else ""))
+            fail = f" **FAIL: {'; '.join(bad)}**" if bad else ""
+            if args.compact:
+                cells.append(f"{run.exit_code}{fail}")
+                if message:
+                    messages.setdefault(message[:80], []).append(command)
+            else:
+                cells.append(_cell(text) + fail)
+        if args.compact:
+            parts = [m if len(messages) == 1 else f"{'/'.join(cmds)}: {m}" for m, cmds in messages.items()]
+            cells.append(_cell(" · ".join(parts)))
         print(f"| {case.name} | " + " | ".join(cells) + " |", flush=True)
     print()
     print(f"{len(cases)} cases × {len(commands)} commands: {runs} runs in {time.perf_counter() - start:.0f} s, "
