@@ -189,6 +189,11 @@ def gc_paused() -> Iterator[None]:
     A 100k-node graph is millions of small dicts; the collector would rescan them again and
     again while they are being created (load took 2x longer at 100k nodes). Nothing made here
     is garbage, so pausing loses nothing; the previous state is restored on exit.
+
+    On exit the new objects are filed straight into the oldest generation (freeze + unfreeze),
+    so the next collections do not scan a million fresh dicts three times over (that cost 1.4 s,
+    paid by whatever ran after a 100k-node load). Skipped when the application froze objects
+    itself, since unfreeze would release those too.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -196,6 +201,9 @@ def gc_paused() -> Iterator[None]:
         yield
     finally:
         if enabled:
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
