@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import glob
-import json
 import logging
 import os
 import subprocess
