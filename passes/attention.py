@@ -436,7 +436,8 @@ class _Matcher:
 # ---------------------------------------------------------------------- emitting
 
 
-def _bias_for(graph: Graph, dims: Dims, match: Match, x: str, cache: dict[str, str], near: Node | None) -> str:
+def _bias_for(graph: Graph, dims: Dims, match: Match, x: str, cache: dict[str, str], near: Node | None,
+              opset: int) -> str:
     """The additive mask expanded to [·, ·, S, S] (shared by every layer that uses it)."""
     mask = match.mask
     assert mask is not None
@@ -450,10 +451,15 @@ def _bias_for(graph: Graph, dims: Dims, match: Match, x: str, cache: dict[str, s
     if seq is not None:
         target = graph.add_initializer(np.array([1, 1, seq, seq], dtype=np.int64), "attention_bias_shape")
     else:
-        s = graph.add_node("Shape", [x], 1, {"start": 1, "end": 2}, name=f"{match.nodes[0].name}/seq_len", near=near)
+        base = match.nodes[0].name
+        if opset >= 15:
+            s = graph.add_node("Shape", [x], 1, {"start": 1, "end": 2}, name=f"{base}/seq_len", near=near).outputs[0]
+        else:  # Shape has no start/end before opset 15
+            full = graph.add_node("Shape", [x], 1, name=f"{base}/shape", near=near).outputs[0]
+            one, two = (graph.add_initializer(np.array([v], dtype=np.int64), "axis") for v in (1, 2))
+            s = graph.add_node("Slice", [full, one, two], 1, name=f"{base}/seq_len", near=near).outputs[0]
         ones = graph.add_initializer(np.array([1, 1], dtype=np.int64), "ones")
-        target = graph.add_node("Concat", [ones, s.outputs[0], s.outputs[0]], 1, {"axis": 0},
-                                name=f"{match.nodes[0].name}/bias_shape", near=near).outputs[0]
+        target = graph.add_node("Concat", [ones, s, s], 1, {"axis": 0}, name=f"{base}/bias_shape", near=near).outputs[0]
     expanded = graph.add_node("Expand", [mask, target], 1, name=f"{match.nodes[0].name}/attention_bias", near=near)
     cache[key] = expanded.outputs[0]
     return expanded.outputs[0]
@@ -467,7 +473,8 @@ def _emit(graph: Graph, ctx: PassContext, dims: Dims, match: Match, flavour: str
     removed = list(match.nodes) + [r for r, _ in match.out_reshapes] + (projections if flavour == "ort" else [])
     name = namer(removed, "MultiHeadAttention" if flavour == "mha" else "Attention")
     absorbed = [n.name or n.op_type for n in removed]
-    bias_input = _bias_for(graph, dims, match, x, cache, graph.producer(x)) if match.mask is not None else ""
+    bias_input = (_bias_for(graph, dims, match, x, cache, graph.producer(x), ctx.opset(""))
+                  if match.mask is not None else "")
     identities = [r.outputs[0] for r, identity in match.out_reshapes if identity]
     others = [(r.outputs[0], r.inputs[1], r.attr("allowzero", 0)) for r, identity in match.out_reshapes if not identity]
     x_shape = dims.shapes.shape(x)
@@ -546,8 +553,8 @@ def _run(graph: Graph, ctx: PassContext, flavour_of) -> PassResult:
         if not graph.has_node(softmax) or not is_standard(softmax):
             continue
         match = matcher.match(softmax)
-        if match is None:
-            continue
+        if match is None or (match.mask is not None and ctx.opset("") < 10):
+            continue  # (the mask's broadcast shape is built with opset-10 Slice)
         flavour = flavour_of(match)
         if flavour is None:
             continue

@@ -94,6 +94,8 @@ class OrtFusedMatMul(Pass):
             a, b = mm.inputs
             if not (shapes.is_float(a) or shapes.is_float(mm.outputs[0])):
                 continue
+            if (shapes.rank(a) or 0) < 2 or (shapes.rank(b) or 0) < 2:
+                continue  # 1-D operands (or unknown ranks): MatMul's vector rules, not worth the risk
             a_reader = mm
             chain: list[Node] = [mm]
             attrs: dict = {}

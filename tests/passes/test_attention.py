@@ -101,8 +101,9 @@ def feeds(model: onnx.ModelProto, seq: int = S) -> dict[str, np.ndarray]:
     return out
 
 
-def test_bert_style_block_becomes_one_attention_op():
-    proto = attention_model()
+@pytest.mark.parametrize("opset", [17, 13])
+def test_bert_style_block_becomes_one_attention_op(opset):
+    proto = attention_model(opset=opset)
     original, fused, _ = run(proto, ["fuse-attention-ort"])
     counts = ops(fused)
     assert counts["com.microsoft:Attention"] == 1
