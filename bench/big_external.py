@@ -196,7 +196,7 @@ def gb(n: float) -> str:
     return f"{n / 1e9:.2f} GB"
 
 
-def bench_model(path: str, optimize: bool, keep: bool) -> dict:
+def bench_model(path: str, optimize: bool, keep: bool, verify_full: bool = False) -> dict:
     data_bytes = os.path.getsize(path + ".data")
     res: dict = {"path": path, "data_bytes": data_bytes}
     runs = [measure([os.path.join(BIN, "graphtool"), "inspect", path]) for _ in range(3)]  # 1st warms caches
@@ -223,10 +223,38 @@ def bench_model(path: str, optimize: bool, keep: bool) -> dict:
             res["optimize"] = opt
             res["optimize_info"] = json.loads(opt["stdout"].strip().splitlines()[-1])
             res["optimize_cmp"] = compare(src, weight_hashes(out))
+            if verify_full:
+                res["full_check"] = full_check(path, out)
     finally:
         if not keep:
             shutil.rmtree(out_dir, ignore_errors=True)
     return res
+
+
+FULL_RUN = """
+import sys, numpy as np, onnxruntime as ort
+so = ort.SessionOptions()
+so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+sess = ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
+x = np.random.default_rng(0).standard_normal((1, 8, 4096)).astype(np.float32)
+np.save(sys.argv[2], sess.run(None, {"x": x})[0])
+"""
+
+
+def full_check(src: str, optimized: str) -> dict:
+    """Both full-size models through onnxruntime, one process each (each holds its weights)."""
+    folder = os.path.dirname(optimized)
+    runs = {}
+    for tag, path in (("source", src), ("optimized", optimized)):
+        r = measure(py(FULL_RUN, path, os.path.join(folder, f"{tag}.npy")))
+        if r["code"]:
+            raise SystemExit(f"onnxruntime on the {tag} model failed: {r['stderr'][-2000:]}")
+        runs[tag] = r
+    import numpy as np
+
+    a, b = (np.load(os.path.join(folder, f"{t}.npy")) for t in ("source", "optimized"))
+    return {"max_abs": float(np.max(np.abs(a - b))), "ok": bool(np.allclose(a, b, rtol=1e-3, atol=1e-4)),
+            "rss_mb": {k: v["rss_mb"] for k, v in runs.items()}}
 
 
 def slice_check() -> dict:
@@ -264,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-optimize", action="store_true")
     ap.add_argument("--optimize-all", action="store_true", help="optimize every model, not only > 4 GB ones")
     ap.add_argument("--keep", action="store_true", help="keep the outputs beside the models")
+    ap.add_argument("--verify-full", action="store_true",
+                    help="also run the full-size source and optimized models in onnxruntime (~size of the model in RAM each)")
     ap.add_argument("--clean", action="store_true", help="delete the generated models at the end")
     args = ap.parse_args(argv)
     layer_counts = [int(x) for x in args.layers.split(",")]
@@ -271,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     for layers in layer_counts:
         path = generate(layers, args.d_model, args.d_ff)
         big = os.path.getsize(path + ".data") > 4 * 2**30 or args.optimize_all
-        results.append(bench_model(path, optimize=big and not args.no_optimize, keep=args.keep))
+        results.append(bench_model(path, optimize=big and not args.no_optimize, keep=args.keep,
+                                   verify_full=args.verify_full))
         print(f"[{layers} layers done]", file=sys.stderr, flush=True)
     sliced = None if args.no_optimize else slice_check()
 
@@ -308,15 +339,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n`optimize(level=2)` on {gb(r['data_bytes'])}: nodes {info['nodes'][0]} -> {info['nodes'][1]}; "
               f"load {info['load']:.1f} s, passes {info['optimize']:.1f} s, save {info['save']:.1f} s; "
               f"RSS high-water after load {info['hwm_after_load']:.0f} MB.\n")
-        print("| pass | changed (stats) | external bytes materialized | RSS high-water after it MB |")
+        print("| pass | changed (stats) | external MB materialized | RSS high-water after it MB |")
         print("|---|---|---:|---:|")
         for name, hwm in info["hwm_after_pass"].items():
             stats = info["passes"].get(name)
             stat_text = ", ".join(f"{k}={v}" for k, v in stats.items() if v) if stats else "–"
-            print(f"| {name} | {stat_text} | {gb(info['materialized'].get(name, 0))} | {hwm:.0f} |")
+            print(f"| {name} | {stat_text} | {info['materialized'].get(name, 0) / 2**20:.1f} | {hwm:.0f} |")
         for other in ("load", "other", "save"):
             if info["materialized"].get(other):
-                print(f"| ({other}) | | {gb(info['materialized'][other])} | |")
+                print(f"| ({other}) | | {info['materialized'][other] / 2**20:.1f} | |")
+        if "full_check" in r:
+            f = r["full_check"]
+            failed += not f["ok"]
+            print(f"\nFull-size check in onnxruntime (ORT optimizations off, seeded input [1, 8, 4096]): outputs "
+                  f"{'match' if f['ok'] else 'DIFFER'}, max abs {f['max_abs']:.2e}; onnxruntime RSS "
+                  f"{f['rss_mb']['source']:.0f} MB (source) / {f['rss_mb']['optimized']:.0f} MB (optimized). "
+                  f"{verdict(f['ok'])}")
         removed = r["optimize_cmp"]["removed"]
         if removed:
             print(f"\nweights no longer in the optimized model ({len(removed)}): {', '.join(removed[:12])}"

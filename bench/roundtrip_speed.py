@@ -1,8 +1,9 @@
 """Round-trip speed: graphtool ``io.load`` + ``io.save`` against onnx_ir and plain onnx.
 
 On the torch fixtures and on generated 20k/100k-node graphs, each tool loads the file and writes
-it back; the best CPU time of ``--repeat`` runs is kept (a shared machine disturbs CPU time far
-less than wall time). The last column checks graphtool's promise that an untouched model comes
+it back in a fresh process; the best CPU time (load + save) of ``--repeat`` runs is kept (a shared
+machine disturbs CPU time far less than wall time). A fresh process per run matters: the cyclic
+garbage collector's first scan of a just-loaded model lands in whatever step comes next. The last column checks graphtool's promise that an untouched model comes
 back byte-identical to ``onnx.load(p).SerializeToString()``.
 
     python bench/roundtrip_speed.py
@@ -12,48 +13,51 @@ back byte-identical to ``onnx.load(p).SerializeToString()``.
 from __future__ import annotations
 
 import argparse
-import gc
 import glob
+import json
 import os
+import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 
-def cpu(fn) -> float:
-    gc.collect()
-    t = time.process_time()
-    fn()
-    return time.process_time() - t
-
-
-def best(fn, repeat: int) -> float:
-    return min(cpu(fn) for _ in range(repeat))
+WORKER = """
+import json, sys, time
+path, out, tool = sys.argv[1:4]
+if tool == "graphtool":
+    from graphtool import io as lib
+    load, save = lib.load, lib.save
+elif tool == "onnx_ir":
+    import onnx_ir as lib
+    load, save = lib.load, lib.save
+else:
+    import onnx as lib
+    load, save = lib.load, lib.save
+t = time.process_time(); model = load(path); t1 = time.process_time(); save(model, out); t2 = time.process_time()
+print(json.dumps({"load": t1 - t, "save": t2 - t1}))
+"""
 
 
 def measure(path: str, out_dir: str, repeat: int) -> dict:
+    """Each tool in fresh processes (no tool pays for another's garbage); best CPU of ``repeat``."""
     import onnx
-    import onnx_ir as ir
-
-    from graphtool import io
 
     out = os.path.join(out_dir, "out.onnx")
     r: dict = {}
-    holder: dict = {}
-    r["gt load"] = best(lambda: holder.__setitem__("gt", io.load(path)), repeat)
-    r["gt save"] = best(lambda: io.save(holder["gt"], out), repeat)
-    r["identical"] = open(out, "rb").read() == onnx.load(path).SerializeToString()
-    holder.clear()
-    r["ir load"] = best(lambda: holder.__setitem__("ir", ir.load(path)), repeat)
-    r["ir save"] = best(lambda: ir.save(holder["ir"], out), repeat)
-    holder.clear()
-    r["onnx load"] = best(lambda: holder.__setitem__("onnx", onnx.load(path)), repeat)
-    r["onnx save"] = best(lambda: onnx.save(holder["onnx"], out), repeat)
-    holder.clear()
+    for tool in ("graphtool", "onnx_ir", "onnx"):
+        runs = []
+        for _ in range(repeat):
+            proc = subprocess.run([sys.executable, "-c", WORKER, path, out, tool], capture_output=True, text=True)
+            if proc.returncode:
+                raise SystemExit(f"{tool} failed on {path}: {proc.stderr[-2000:]}")
+            runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        r[tool] = min(runs, key=lambda x: x["load"] + x["save"])
+        if tool == "graphtool":
+            r["identical"] = open(out, "rb").read() == onnx.load(path).SerializeToString()
     return r
 
 
@@ -76,11 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as out_dir:
         for path in models:
             nodes = len(onnx.load(path, load_external_data=False).graph.node)
-            repeat = args.repeat if nodes < 50000 else 1
-            r = measure(path, out_dir, repeat)
-            ratio = (r["gt load"] + r["gt save"]) / (r["ir load"] + r["ir save"])
-            print(f"| {os.path.basename(path)} | {nodes:,} | {r['gt load']:.3f} | {r['gt save']:.3f} | {r['ir load']:.3f} "
-                  f"| {r['ir save']:.3f} | {r['onnx load']:.3f} | {r['onnx save']:.3f} | {ratio:.2f}x "
+            r = measure(path, out_dir, args.repeat)
+            g, i, o = r["graphtool"], r["onnx_ir"], r["onnx"]
+            ratio = (g["load"] + g["save"]) / (i["load"] + i["save"])
+            print(f"| {os.path.basename(path)} | {nodes:,} | {g['load']:.3f} | {g['save']:.3f} | {i['load']:.3f} "
+                  f"| {i['save']:.3f} | {o['load']:.3f} | {o['save']:.3f} | {ratio:.2f}x "
                   f"| {'yes' if r['identical'] else '**no**'} |", flush=True)
     return 0
 

@@ -160,31 +160,32 @@ class Graph:
     def values(self) -> list[str]:
         return [n for n in self.nx if isinstance(n, str)]
 
+    # The four lookups below are what every pass calls per node: they read NetworkX's adjacency
+    # dicts (value -> {op: {slot: {}}}) directly; its edge views cost several times more per call.
+
     def producer(self, value: str) -> Node | None:
-        if not value or value not in self.nx:
-            return None
-        for op, _ in self.nx.in_edges(value):
-            return Node(self, op)
+        pred = self.nx._pred.get(value) if value else None
+        if pred:
+            for op in pred:
+                return Node(self, op)
         return None
 
     def uses(self, value: str) -> list[tuple[Node, int]]:
         """(consumer, slot) pairs; slot is CAPTURE where a subgraph of the consumer reads it."""
-        if not value or value not in self.nx:
+        succ = self.nx._succ.get(value) if value else None
+        if not succ:
             return []
-        return [(Node(self, op), slot) for _, op, slot in self.nx.out_edges(value, keys=True)]
+        return [(Node(self, op), slot) for op, slots in succ.items() for slot in slots]
 
     def consumers(self, value: str) -> list[Node]:
-        seen: dict[int, None] = {}
-        if value and value in self.nx:
-            for _, op in self.nx.out_edges(value):
-                seen[op] = None
-        return [Node(self, op) for op in seen]
+        succ = self.nx._succ.get(value) if value else None
+        return [Node(self, op) for op in succ] if succ else []
 
     def has_other_uses(self, value: str, node: Node) -> bool:
         """True when something besides ``node`` reads ``value`` (another op or a graph output)."""
         if self.is_output(value):
             return True
-        return any(op != node.id for _, op in self.nx.out_edges(value))
+        return any(op != node.id for op in self.nx._succ.get(value, ()))
 
     def is_input(self, value: str) -> bool:
         return value in self.inputs
