@@ -19,8 +19,10 @@ Model groups (``--only`` takes group names, model names or fnmatch patterns):
 * ``tiny``   -- the committed ``fixtures/torch`` exports (only with ``--quick`` or ``--only``).
 
 Every (model, tool) pair runs in its own process through ``bench/peers.measure`` (nodes after,
-seconds for load -> optimize -> save, peak RSS of that process), with a per-model timeout and an
-address-space cap of 12 GB so no peer can take the machine down. graphtool runs twice: level 1
+seconds for load -> optimize -> save, CPU seconds, peak RSS of that process), with a per-model
+timeout and an address-space cap of 12 GB so no peer can take the machine down; a run under 2 s is
+repeated (``--repeat``, default 2) and the fastest kept, since short runs are noise-dominated on a
+shared machine. graphtool runs twice: level 1
 (compared with ORT basic, onnxsim, onnxslim, onnxoptimizer) and level 2 ``--target ort``
 (compared with ORT extended). "max |diff|" runs the original and each result in onnxruntime with
 optimizations off on the same inputs, in a separate process per model. Times are also given as
@@ -59,6 +61,7 @@ SECTION = "## Peers (make bench)"
 MEM_LIMIT_MB = 12 * 1024
 TORCH_MODELS = ("resnet18", "mobilenetv2", "unet", "bert4", "gpt2_4", "gpt2_12")
 SCALE_NODES = {"g100k": 100_000, "g200k": 200_000}
+REPEAT_BELOW_S = 2.0
 BIG_LAYERS = 6  # 6 x 768 MB of float32 weights = 4.8 GB external data
 
 
@@ -224,48 +227,68 @@ def _remove(path: str) -> None:
             os.remove(p)
 
 
-def verify_child(src: str, inputs: str | None, outs: dict[str, str]) -> dict[str, dict]:
-    """Run in a child: reference outputs of ``src`` (ORT, optimizations off), then each result's."""
+def _reference(src: str, inputs: str | None, ref_path: str) -> tuple[dict, dict]:
+    """(feeds, outputs by name) of ``src`` under ORT with optimizations off, cached in ``ref_path``
+    so a multi-GB original runs once even when its results are checked one at a time."""
     import gc
+    import pickle
 
     import numpy as np
 
     from graphtool.runtime import make_session, random_inputs
-    from graphtool.verify import compare_arrays
 
+    if os.path.exists(ref_path):
+        with open(ref_path, "rb") as handle:
+            return pickle.load(handle)
     sess = make_session(src)
     feeds = dict(np.load(inputs)) if inputs else random_inputs(sess, 0)
     names = [o.name for o in sess.get_outputs()]
     ref = dict(zip(names, sess.run(None, {i.name: feeds[i.name] for i in sess.get_inputs()})))
     del sess
     gc.collect()
-    scale = max((float(np.max(np.abs(v))) for v in ref.values() if hasattr(v, "dtype") and v.dtype.kind == "f" and v.size), default=1.0)
+    with open(ref_path, "wb") as handle:
+        pickle.dump((feeds, ref), handle)
+    return feeds, ref
+
+
+def verify_child(src: str, inputs: str | None, ref_path: str, outs: dict[str, str]) -> dict[str, dict]:
+    """Run in a child: each result's outputs against the reference (ORT, optimizations off)."""
+    import gc
+
+    from graphtool.runtime import make_session
+    from graphtool.verify import compare_arrays
+
+    feeds, ref = _reference(src, inputs, ref_path)
     result: dict[str, dict] = {}
     for slug, out in outs.items():
         try:
-            got_sess = make_session(out)
-            got_names = [o.name for o in got_sess.get_outputs()]
-            extra = [i.name for i in got_sess.get_inputs() if i.name not in feeds]
+            sess = make_session(out)
+            got_names = [o.name for o in sess.get_outputs()]
+            extra = [i.name for i in sess.get_inputs() if i.name not in feeds]
             if extra:
                 result[slug] = {"error": f"✗ result needs new input(s) {', '.join(extra[:2])}"}
                 continue
-            got = got_sess.run(None, {i.name: feeds[i.name] for i in got_sess.get_inputs()})
-            del got_sess
-            pairs = ([(ref[n], g) for n, g in zip(got_names, got)] if set(got_names) == set(names)
+            got = sess.run(None, {i.name: feeds[i.name] for i in sess.get_inputs()})
+            del sess
+            pairs = ([(ref[n], g) for n, g in zip(got_names, got)] if set(got_names) == set(ref)
                      else list(zip(ref.values(), got)))
             diffs = [compare_arrays("o", a, b) for a, b in pairs]
-            result[slug] = {"max_abs": max(d.max_abs for d in diffs), "ok": all(d.ok for d in diffs)
-                            and len(got) == len(names), "scale": scale}
+            result[slug] = {"max_abs": max(d.max_abs for d in diffs),
+                            "ok": all(d.ok for d in diffs) and len(got) == len(ref)}
         except Exception as err:  # a result ORT cannot load or run is a finding, not a crash
             result[slug] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:100] if str(err) else ''}"}
         gc.collect()
     return result
 
 
+def _reference_path(bench: Bench) -> str:
+    return os.path.join(RUNS_DIR, f"{bench.name}.reference.pkl")
+
+
 def verify(bench: Bench, outs: dict[str, str]) -> dict[str, dict]:
     if not outs:
         return {}
-    spec = json.dumps({"src": bench.path, "inputs": bench.inputs, "outs": outs})
+    spec = json.dumps({"src": bench.path, "inputs": bench.inputs, "ref": _reference_path(bench), "outs": outs})
 
     def cap() -> None:
         import resource
@@ -281,13 +304,16 @@ def verify(bench: Bench, outs: dict[str, str]) -> dict[str, dict]:
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["failed"])[-1][:100]
-        return {slug: {"error": f"n/a (reference run failed: {tail})"} for slug in outs}
+        return {slug: {"error": f"n/a (verification failed: {tail})"} for slug in outs}
     return json.loads(lines[-1])
 
 
-def run_bench(bench: Bench, tools: tuple[Tool, ...], timed_out: dict[str, set[str]]) -> dict:
+def run_bench(bench: Bench, tools: tuple[Tool, ...], timed_out: dict[str, set[str]], repeat: int = 1) -> dict:
+    """Measure every tool on one model, then check the results' outputs. A ``cleanup`` model's
+    results are checked and deleted one by one, so at most one multi-GB result is on disk."""
     os.makedirs(RUNS_DIR, exist_ok=True)
     row: dict = {"bench": bench, "results": {}, "nodes_in": sum(_op_histogram(bench.path).values())}
+    _remove(_reference_path(bench))
     outs: dict[str, str] = {}
     for tool in tools:
         out = os.path.join(RUNS_DIR, f"{bench.name}.{tool.slug}.onnx")
@@ -298,6 +324,13 @@ def run_bench(bench: Bench, tools: tuple[Tool, ...], timed_out: dict[str, set[st
         else:
             res = measure(tool.peer, bench.path, out, tool.level, tool.target, timeout=bench.timeout,
                           mem_limit_mb=MEM_LIMIT_MB)
+            for _ in range(repeat - 1):  # sub-2-second runs are noise-dominated on a shared machine: keep the best
+                if "seconds" not in res or res["seconds"] >= REPEAT_BELOW_S:
+                    break
+                again = measure(tool.peer, bench.path, out, tool.level, tool.target, timeout=bench.timeout,
+                                mem_limit_mb=MEM_LIMIT_MB)
+                if again.get("seconds", float("inf")) < res["seconds"]:
+                    res = again
         if "error" in res and res["error"].startswith("timeout"):
             timed_out.setdefault(bench.name, set()).add(tool.slug)
         if "nodes" in res:
@@ -306,11 +339,14 @@ def run_bench(bench: Bench, tools: tuple[Tool, ...], timed_out: dict[str, set[st
         row["results"][tool.slug] = res
         print(f"  {bench.name:<24} {tool.slug:<14} " + (f"{res['nodes']:>7} nodes {res['seconds']:8.2f}s "
               f"{res['rss_mb']:7.0f} MB" if "nodes" in res else res["error"]), file=sys.stderr, flush=True)
-    for slug, v in verify(bench, outs).items():
-        row["results"][slug]["verify"] = v
-    if bench.cleanup:
-        for out in outs.values():
-            _remove(out)
+        if bench.cleanup and tool.slug in outs:
+            res["verify"] = verify(bench, {tool.slug: out})[tool.slug]
+            print(f"  {'':<24} {'':<14} max |diff| {_diff_cell(res)}", file=sys.stderr, flush=True)
+        if bench.cleanup:
+            _remove(out)  # also what a failed tool left behind
+    if not bench.cleanup:
+        for slug, v in verify(bench, outs).items():
+            row["results"][slug]["verify"] = v
     return row
 
 
@@ -345,6 +381,9 @@ def _error_cell(res: dict) -> str:
     for word in ("OOM", "timeout"):
         if err.startswith(word):
             return err.split(":")[0]
+    kind, _, message = err.partition(": ")
+    if message and " " not in kind:  # "google.protobuf.message.EncodeError: ..." -> "EncodeError: ..."
+        err = f"{kind.rsplit('.', 1)[-1]}: {message}"
     return "error: " + err.replace("|", "/")[:80]
 
 
@@ -456,8 +495,8 @@ def section(rows: list[dict], tools: tuple[Tool, ...], elapsed: float, argv: lis
     out = [SECTION, "",
            f"`make bench` (`{cmd}`), {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores "
            f"({platform.machine()}, shared with other jobs), {_versions()}. Whole run: {elapsed / 60:.1f} min.",
-           "Every cell is one fresh process (bench/peers.py): seconds = load → optimize → save, imports excluded; "
-           "peak RSS of that process; 12 GB address-space cap. graphtool-l1 = `optimize(level=1)`, "
+           "Every cell is one fresh process (bench/peers.py): seconds = load → optimize → save, imports excluded "
+           "(best of 2 when under 2 s); cpu s = that process's CPU time; peak RSS of that process; 12 GB address-space cap. graphtool-l1 = `optimize(level=1)`, "
            "graphtool-l2 = `optimize(level=2, target=\"ort\")`. max |diff| = original vs result in onnxruntime "
            "(optimizations off), export sample inputs for torch models, seeded random inputs otherwise; ✗ = outside "
            "rtol 1e-3 / atol 1e-4. Bar: graphtool nodes ≤ best peer (L1: ORT basic, onnxsim, onnxslim, onnxoptimizer; "
@@ -491,12 +530,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--verify-child"]:
         spec = json.loads(argv[1])
-        print(json.dumps(verify_child(spec["src"], spec["inputs"], spec["outs"])))
+        print(json.dumps(verify_child(spec["src"], spec["inputs"], spec["ref"], spec["outs"])))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="light/ models and the tiny torch fixtures only")
     ap.add_argument("--only", help="comma-separated groups (light, tiny, torch, scale, big), model names or patterns")
     ap.add_argument("--tools", help="comma-separated subset of " + ",".join(t.slug for t in TOOLS))
+    ap.add_argument("--repeat", type=int, default=2,
+                    help=f"runs per (model, tool) when a run takes < {REPEAT_BELOW_S:.0f}s; the fastest is kept (default 2)")
     ap.add_argument("--no-generate", action="store_true", help="use only models already in bench/out/models")
     ap.add_argument("--write", action="store_true", help="write bench/results.md even for a --quick/--only run")
     args = ap.parse_args(argv)
@@ -509,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, timed_out = [], {}
     for bench in benches:
         print(f"{bench.group}/{bench.name}", file=sys.stderr, flush=True)
-        rows.append(run_bench(bench, tools, timed_out))
+        rows.append(run_bench(bench, tools, timed_out, args.repeat))
     elapsed = time.perf_counter() - start
     text = section(rows, tools, elapsed, argv)
     print(text)
