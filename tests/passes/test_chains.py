@@ -3,47 +3,18 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from graphtool import io
-from graphtool.ir.to_onnx import to_onnx
 from graphtool.optimize import optimize
 from graphtool.runtime import make_session
 from graphtool.verify import verify
+from tests.passes.helpers import const, model, ops, runner, vi
 
 PASS = "merge-chains"
 WITH_DCE = [PASS, "dead-code-elimination"]
-F = TensorProto.FLOAT
-
-
-def vi(name, shape, dtype=F):
-    return helper.make_tensor_value_info(name, dtype, shape)
-
-
-def const(name, array):
-    return numpy_helper.from_array(np.asarray(array), name)
-
-
-def model(nodes, inputs, outputs, inits=(), opset=17):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    p = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    p.ir_version = 8
-    onnx.checker.check_model(p, full_check=True)
-    return io.load_proto(p)
-
-
-def run(m, passes=WITH_DCE, feeds=None):
-    out, report, _ = optimize(m, passes=list(passes))
-    onnx.checker.check_model(to_onnx(out), full_check=True)
-    result = verify(m, out, feeds=feeds)
-    assert result.ok, result.summary()
-    return out, report
-
-
-def ops(graph):
-    return [n.op_type for n in graph.topological_order()]
+run = runner(WITH_DCE)
 
 
 # 1. Transpose ----------------------------------------------------------------------------------

@@ -3,45 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
-from graphtool import io
-from graphtool.ir.to_onnx import to_onnx
 from graphtool.optimize import optimize
 from graphtool.runtime import make_session
-from graphtool.verify import verify
+from tests.passes.helpers import const, model, ops, runner, vi
 
 PASS = "common-subexpression-elimination"
-F = TensorProto.FLOAT
-
-
-def vi(name, shape, dtype=F):
-    return helper.make_tensor_value_info(name, dtype, shape)
-
-
-def const(name, array):
-    return numpy_helper.from_array(np.asarray(array), name)
-
-
-def model(nodes, inputs, outputs, inits=(), opset=17):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    p = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    p.ir_version = 8
-    onnx.checker.check_model(p, full_check=True)
-    return io.load_proto(p)
-
-
-def run(m, passes=(PASS,)):
-    out, report, _ = optimize(m, passes=list(passes))
-    onnx.checker.check_model(to_onnx(out), full_check=True)
-    result = verify(m, out)
-    assert result.ok, result.summary()
-    return out, report
-
-
-def ops(m):
-    return [n.op_type for n in m.graph.topological_order()]
+run = runner([PASS])
 
 
 def test_equal_ops_merge_and_the_merge_cascades_downstream():

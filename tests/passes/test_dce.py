@@ -3,47 +3,20 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from graphtool import io
-from graphtool.ir.to_onnx import to_onnx
 from graphtool.optimize import optimize
-from graphtool.verify import verify
 from tests.conftest import FIXTURES
+from tests.passes.helpers import const, ops, runner, vi
+from tests.passes.helpers import make_proto as proto
 
 PASS = "dead-code-elimination"
 CLEANUP = ["eliminate-no-ops", "merge-chains", "common-subexpression-elimination", "dead-code-elimination"]
-F = TensorProto.FLOAT
+run = runner([PASS])
 
 
-def vi(name, shape, dtype=F):
-    return helper.make_tensor_value_info(name, dtype, shape)
-
-
-def const(name, array):
-    return numpy_helper.from_array(np.asarray(array), name)
-
-
-def proto(nodes, inputs, outputs, inits=(), opset=17, ir_version=8):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    p = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    p.ir_version = ir_version
-    onnx.checker.check_model(p, full_check=True)
-    return p
-
-
-def run(m, passes=(PASS,)):
-    out, report, _ = optimize(m, passes=list(passes))
-    onnx.checker.check_model(to_onnx(out), full_check=True)
-    result = verify(m, out)
-    assert result.ok, result.summary()
-    return out, report
-
-
-def ops(graph):
-    return [n.op_type for n in graph.topological_order()]
 
 
 def test_dead_branch_fixture_with_all_cleanup_passes():

@@ -3,48 +3,18 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from graphtool import io
-from graphtool.ir.to_onnx import to_onnx
 from graphtool.optimize import optimize
 from graphtool.runtime import make_session
 from graphtool.verify import verify
 from tests.conftest import FIXTURES
+from tests.passes.helpers import F, const, model, ops, runner, vi
 
 PASS = "eliminate-no-ops"
-F = TensorProto.FLOAT
-
-
-def vi(name, shape, dtype=F):
-    return helper.make_tensor_value_info(name, dtype, shape)
-
-
-def const(name, array):
-    return numpy_helper.from_array(np.asarray(array), name)
-
-
-def model(nodes, inputs, outputs, inits=(), opset=17, value_info=()):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits), value_info=list(value_info))
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    proto.ir_version = 8
-    onnx.checker.check_model(proto, full_check=True)
-    return io.load_proto(proto)
-
-
-def run(m, passes=(PASS,)):
-    """Optimize, check the result is a valid model, prove the outputs equal, return it."""
-    out, report, _ = optimize(m, passes=list(passes))
-    onnx.checker.check_model(to_onnx(out), full_check=True)
-    result = verify(m, out)
-    assert result.ok, result.summary()
-    return out, report
-
-
-def ops(m):
-    return [n.op_type for n in m.graph.topological_order()]
+run = runner([PASS])
 
 
 # 1. Identity ------------------------------------------------------------------------------------

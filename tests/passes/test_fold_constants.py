@@ -2,39 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from graphtool import io
 from graphtool.optimize import optimize
 from graphtool.verify import verify
 from tests.conftest import FIXTURES, light_model
+from tests.passes.helpers import const as _c
+from tests.passes.helpers import make_proto
+from tests.passes.helpers import ops as _ops
+from tests.passes.helpers import vi as _vi
 
 FOLD = ["fold-constants"]
-
-
-def _model(nodes, inputs=(), outputs=(), inits=(), opset=17, ir=8, functions=(), extra_opsets=()):
-    graph = helper.make_graph(nodes, "g", list(inputs), list(outputs), list(inits))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), *extra_opsets],
-                              functions=list(functions))
-    model.ir_version = ir
-    return model
-
-
-def _c(name, array):
-    return numpy_helper.from_array(np.asarray(array), name)
-
-
-def _vi(name, shape, elem=TensorProto.FLOAT):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def _ops(model):
-    return [n.op_type for n in model.graph.topological_order()]
+_model = functools.partial(make_proto, check=False)  # some cases are invalid on purpose; the pass must cope
 
 
 def test_add_of_two_constants_becomes_an_initializer_named_like_the_output():
@@ -154,7 +140,7 @@ def test_ir3_folded_initializers_are_also_graph_inputs():
     m = io.load_proto(_model(
         [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])],
         [_vi("x", [2]), _vi("a", [2]), _vi("b", [2])], [_vi("y", [2])],
-        [_c("a", np.ones(2, np.float32)), _c("b", np.ones(2, np.float32))], opset=9, ir=3))
+        [_c("a", np.ones(2, np.float32)), _c("b", np.ones(2, np.float32))], opset=9, ir_version=3))
     out, _, _ = optimize(m, passes=FOLD)
     assert _ops(out) == ["Mul"]
     assert out.graph.is_initializer("s") and out.graph.is_input("s")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from graphtool import io
 from graphtool.errors import BadModel
@@ -14,29 +15,15 @@ from graphtool.runtime import make_session
 from graphtool.optimize import optimize
 from graphtool.verify import verify
 from tests.conftest import FIXTURES
+from tests.passes import helpers
+from tests.passes.helpers import const as _c
+from tests.passes.helpers import ops as _ops
+from tests.passes.helpers import vi as _vi
 
 SHAPES = ["fold-shapes"]
 BOTH = ["fold-constants", "fold-shapes"]
 TORCH = os.path.join(FIXTURES, "torch")
-
-
-def _model(nodes, inputs=(), outputs=(), inits=(), opset=17, value_info=()):
-    graph = helper.make_graph(nodes, "g", list(inputs), list(outputs), list(inits), value_info=list(value_info))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return io.load_proto(model)
-
-
-def _c(name, array):
-    return numpy_helper.from_array(np.asarray(array), name)
-
-
-def _vi(name, shape, elem=TensorProto.FLOAT):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def _ops(model):
-    return [n.op_type for n in model.graph.topological_order()]
+_model = functools.partial(helpers.model, check=False)
 
 
 def _feeds(**shapes):
