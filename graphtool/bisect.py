@@ -42,9 +42,12 @@ def _labels(model: Model) -> set[str]:
     return {f"{n.op_type}:{n.name or ('#' + ','.join(n.outputs))}" for n in model.all_nodes()}
 
 
-def find_culprit(original: Model, report: PassReport, ctx: PassContext, **verify_args: Any) -> Culprit | None:
+def find_culprit(original: Model, report: PassReport, ctx: PassContext, start: Model | None = None,
+                 **verify_args: Any) -> Culprit | None:
+    """Replay the trace from ``start`` (the model the passes ran on: ``original`` unless it was
+    first converted, e.g. by --upgrade-opset), verifying every step against ``original``."""
     registry = load_builtin_and_plugins()
-    model = clone(original)
+    model = clone(start if start is not None else original)
     replay_ctx = PassContext(model, level=ctx.level, target=ctx.target, max_fold_bytes=ctx.max_fold_bytes,
                              input_shapes=dict(ctx.input_shapes))
     instances: dict[str, Any] = {}

@@ -19,16 +19,17 @@ stay constants: their input entries are dropped).
 from __future__ import annotations
 
 import onnx
-from onnx import helper, version_converter
 
-from graphtool.errors import BadModel, UsageError
-from graphtool.ir.from_onnx import from_onnx
+from graphtool.convert import convert
+from graphtool.errors import UsageError
 from graphtool.ir.model import Model
-from graphtool.ir.to_onnx import to_onnx
 
 
 def upgrade_opset(model: Model, target: int) -> Model:
-    """A new Model with the default domain at opset ``target`` (the model itself if already there)."""
+    """A new Model with the default domain at opset ``target`` (the model itself if already there).
+
+    The conversion itself is ``graphtool.convert`` (functions, metadata and IR version handled
+    there); this adds the refusal of downgrades and keeps pre-IR-4 weights constant."""
     current = model.opset("") or 0
     newest = onnx.defs.onnx_opset_version()
     if target > newest:
@@ -37,24 +38,11 @@ def upgrade_opset(model: Model, target: int) -> Model:
         raise UsageError(f"the model is at opset {current}; --upgrade-opset {target} would downgrade it")
     if target == current:
         return model
-    proto = to_onnx(model)
-    try:
-        converted = version_converter.convert_version(proto, target)
-    except Exception as err:  # noqa: BLE001 - the converter raises bare RuntimeErrors
-        text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise BadModel(f"cannot upgrade from opset {current} to {target}: {text[:200]}") from None
-    needed = helper.find_min_ir_version_for([helper.make_opsetid("", target)], ignore_unknown=True)
-    if converted.ir_version < needed:
-        if converted.ir_version < 4:
-            _pin_initializers(converted.graph)
-        converted.ir_version = needed
-    return from_onnx(converted, model.base_dir)
-
-
-def _pin_initializers(graph: onnx.GraphProto) -> None:
-    """Below IR 4 every initializer is also listed as an input, yet is a constant; from IR 4 on
-    such an input could be overridden by the caller. Keep them constants: drop the input entries."""
-    weights = {t.name for t in graph.initializer}
-    kept = [i for i in graph.input if i.name not in weights]
-    del graph.input[:]
-    graph.input.extend(kept)
+    upgraded = convert(model, target, verify_outputs=False).model
+    if model.ir_version < 4:
+        # Below IR 4 every initializer is also listed as an input, yet is a constant; from IR 4 on
+        # such an input could be overridden by the caller. Keep them constants: drop the entries.
+        graph = upgraded.graph
+        for name in [n for n in graph.inputs if n in graph.initializers]:
+            graph.remove_input(name)
+    return upgraded

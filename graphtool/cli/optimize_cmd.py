@@ -93,11 +93,13 @@ def _file_size(path: str) -> int:
               help="Skip a constant fold whose output outgrows its inputs by more than this.")
 @click.option("--rtol", type=float, default=RTOL, show_default=True)
 @click.option("--atol", type=float, default=ATOL, show_default=True)
+@click.option("--upgrade-opset", type=int, metavar="N",
+              help="First raise the default-domain opset to N (onnx's converter), unlocking newer fused ops.")
 @click.option("--compare-ort", is_flag=True, help="Also compare with onnxruntime's own optimizer at this level.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (includes the old→new node-name map).")
 def optimize_command(model_path: str, output: str, level: int, target: str, only: str | None, skip: str | None,
                      no_verify: bool, input_shapes: tuple[str, ...], max_fold_bytes: int, rtol: float, atol: float,
-                     compare_ort: bool, as_json: bool) -> None:
+                     upgrade_opset: int | None, compare_ort: bool, as_json: bool) -> None:
     """Optimize IN and write OUT; by default prove the result gives the same outputs."""
     shapes = parse_input_shapes(input_shapes)
     original = io.load(model_path)
@@ -106,19 +108,24 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
         raise UsageError(f"--input-shape names '{unknown[0]}', which is not an input of the model")
     from graphtool.progress import progress_steps
 
+    start = original
+    if upgrade_opset is not None:
+        from graphtool.opset_upgrade import upgrade_opset as upgrade
+
+        start = upgrade(original, upgrade_opset)
     with progress_steps("optimizing", enabled=not as_json) as step:
-        optimized, report, ctx = optimize(original, level=level, target=target, passes=_split(only) or None,
+        optimized, report, ctx = optimize(start, level=level, target=target, passes=_split(only) or None,
                                           skip=_split(skip), max_fold_bytes=max_fold_bytes, input_shapes=shapes,
                                           on_step=step)
     result: dict[str, Any] = {"input": model_path, "output": output, "level": level, "target": target,
-                              "report": report.as_dict()}
+                              "opset": start.opset(""), "report": report.as_dict()}
     summary = None
     if not no_verify:
         verification = verify(original, optimized, input_shapes=shapes, rtol=rtol, atol=atol)
         result["verification"] = verification.as_dict()
         summary = verification.summary()
         if not verification.ok:
-            culprit = find_culprit(original, report, ctx, input_shapes=shapes, rtol=rtol, atol=atol)
+            culprit = find_culprit(original, report, ctx, start=start, input_shapes=shapes, rtol=rtol, atol=atol)
             result["culprit"] = culprit.as_dict() if culprit else None
             blame = f"; first bad rewrite: {culprit.describe()}" if culprit else ""
             if as_json:

@@ -92,3 +92,17 @@ def test_optimize_usage_errors(run_cli, tmp_path):
     r = run_cli("optimize", f"{FIXTURES}/conv_bn.onnx", "-o", str(tmp_path / "o.onnx"), "--input-shape", "nope=1x2")
     assert r.exit_code == 2 and "not an input" in r.stderr
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_upgrade_opset_unlocks_standard_fusions(run_cli, tmp_path):
+    """bert_ts is opset 17: no standard Gelu exists there; --upgrade-opset 20 makes it possible."""
+    out = tmp_path / "bert.onnx"
+    src = f"{FIXTURES}/torch/bert_ts.onnx"
+    r = run_cli("optimize", src, "-o", str(out), "--level", "2", "--upgrade-opset", "20", "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["opset"] == 20 and doc["verification"]["ok"]
+    ops = [n.op_type for n in onnx.load(str(out)).graph.node]
+    assert ops.count("Gelu") == 2 and ops.count("LayerNormalization") == 5 and "Erf" not in ops
+    r = run_cli("optimize", src, "-o", str(tmp_path / "down.onnx"), "--upgrade-opset", "13")
+    assert r.exit_code == 2 and "downgrade" in r.stderr
