@@ -179,14 +179,19 @@ def _unpin(graph: GraphProto) -> None:
 
 
 def _all_nodes(graph: GraphProto) -> Iterator[NodeProto]:
-    for node in graph.node:
+    return _walk_nodes(graph.node)
+
+
+def _walk_nodes(nodes: Iterable[NodeProto]) -> Iterator[NodeProto]:
+    """``nodes`` and, depth first, every node of their subgraph attributes (the converter rewrites those too)."""
+    for node in nodes:
         yield node
         for attr in node.attribute:
             if attr.type == AttributeProto.GRAPH:
-                yield from _all_nodes(attr.g)
+                yield from _walk_nodes(attr.g.node)
             elif attr.type == AttributeProto.GRAPHS:
                 for sub in attr.graphs:
-                    yield from _all_nodes(sub)
+                    yield from _walk_nodes(sub.node)
 
 
 def _converter_message(err: Exception) -> str:
@@ -323,14 +328,7 @@ def _convert_function(fn: FunctionProto, opset: int, allow_pins: bool) -> tuple[
 
 
 def _function_nodes(fn: FunctionProto) -> Iterator[NodeProto]:
-    for node in fn.node:
-        yield node
-        for attr in node.attribute:
-            if attr.type == AttributeProto.GRAPH:
-                yield from _all_nodes(attr.g)
-            elif attr.type == AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from _all_nodes(sub)
+    return _walk_nodes(fn.node)
 
 
 def _since(op: str, opset: int) -> int | None:
