@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -66,3 +67,24 @@ def original_bytes(case) -> bytes:
 
 def load(case) -> Model:
     return io.load_proto(case.model)
+
+
+def optimize_cases(cases, optimize_model: Callable[[Model], Model]) -> tuple[int, list[str]]:
+    """Run ``optimize_model`` on every case onnxruntime itself reproduces; returns (cases counted, failures).
+
+    A crash of the optimizer is a failure too, reported with its reason, so one bad case does not hide the rest."""
+    counted = 0
+    failures = []
+    for case in cases:
+        if not run_case(original_bytes(case), case).ok:
+            continue  # onnxruntime itself cannot run or match this case: nothing to preserve
+        counted += 1
+        try:
+            optimized = optimize_model(load(case))
+        except Exception as err:
+            failures.append(f"{case.name}: optimize raised {type(err).__name__}: {err}")
+            continue
+        outcome = run_case(optimized, case)
+        if not outcome.ok:
+            failures.append(f"{case.name}: {outcome.reason}")
+    return counted, failures
