@@ -27,6 +27,8 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
+from graphtool.ir.stream import key, varint
+
 MODEL = "model.onnx"
 SECRET = "secret.bin"
 COMMANDS = ("inspect", "check", "optimize", "diff", "viz", "compare", "convert")
@@ -145,7 +147,7 @@ def nested_if_bytes(depth: int) -> bytes:
 
     Serialized by hand: past ~30 levels protobuf's Python API refuses to build the message."""
     def attr(name: str, graph: bytes) -> bytes:
-        return _field(1, name.encode()) + _varint(20 << 3) + _varint(AttributeProto.GRAPH) + _field(6, graph)
+        return _field(1, name.encode()) + varint(20 << 3) + varint(AttributeProto.GRAPH) + _field(6, graph)
 
     inner = helper.make_graph([helper.make_node("Identity", ["x"], ["y0"])], "leaf", [], [_vi("y0")]).SerializeToString()
     for level in range(1, depth + 1):
@@ -162,20 +164,8 @@ def nested_if_bytes(depth: int) -> bytes:
     return shell.SerializeToString() + _field(7, inner + inputs)
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    return key(number) + varint(len(payload)) + payload
 
 
 def chain_model_bytes(n: int, op: str = "Relu") -> bytes:
