@@ -139,7 +139,7 @@ def _convert_graph_model(original: ModelProto, opset: int, allow_pins: bool, wha
             converted = onnx.version_converter.convert_version(attempt, opset)
             break
         except Exception as err:  # the converter raises RuntimeError/ConvertError/IndexError…  # noqa: BLE001
-            message = _converter_message(err)
+            message = _name_unformatted_op(_converter_message(err), base.graph)
             op = _failing_op(message)
             if op and allow_pins and op not in pinned and len(pinned) < MAX_PINNED_OPS:
                 reason = _unpinnable(base.graph, op, source, opset)
@@ -199,6 +199,22 @@ def _converter_message(err: Exception) -> str:
     line = text[-1] if text else type(err).__name__
     line = re.sub(r"^.*?Assertion `[^`]*` failed:\s*", "", line)  # keep the converter's own words
     return re.sub(r"^/\S+:\d+:\s*\w*:?\s*", "", line).strip() or type(err).__name__
+
+
+# onnx's converter raises this printf text unformatted, with its arguments (op type, from, to) glued on the end
+_UNFORMATTED_NO_SCHEMA = re.compile(r"Op '%s' has no registered schema; cannot convert it from version %lld to %lld\.(\S*)$")
+
+
+def _name_unformatted_op(message: str, graph: GraphProto) -> str:
+    """Put the op type back into the converter's unformatted "Op '%s' has no registered schema" message
+    (found as the graph op type that the glued-on arguments start with, followed by digits only)."""
+    found = _UNFORMATTED_NO_SCHEMA.search(message)
+    if found is None:
+        return message
+    args = found.group(1)
+    ops = {n.op_type for n in _all_nodes(graph) if n.op_type and args.startswith(n.op_type) and args[len(n.op_type):].isdigit()}
+    subject = f"op '{ops.pop()}'" if len(ops) == 1 else "an op"
+    return message[:found.start()] + f"{subject} has no registered schema, so onnx's converter cannot convert it"
 
 
 _OP_PATTERNS = (

@@ -143,6 +143,18 @@ def test_converter_refusals_name_the_op(run_cli, tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+def test_op_without_schema_is_named_not_printf_noise():
+    # onnx's converter raises "Op '%s' has no registered schema ... %lld" unformatted, the op glued on the end
+    graph = helper.make_graph([helper.make_node("Frobnicate", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", F, [2])], [helper.make_tensor_value_info("y", F, [2])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    with pytest.raises(ConversionRefused) as refused:
+        convert(io.load_proto(proto), 18)
+    assert str(refused.value) == ("cannot convert the model from opset 17 to 18: "
+                                  "op 'Frobnicate' has no registered schema, so onnx's converter cannot convert it")
+
+
 def test_invalid_converter_output_is_refused(monkeypatch):
     real = onnx.version_converter.convert_version
 
