@@ -452,10 +452,14 @@ class Graph:
 
     def set_attr(self, node: Node, name: str, value: Any) -> None:
         data = self.nx.nodes[node.id]
-        if isinstance(value, Graph):
-            self._owners[node.id] = None
-        data["attrs"][name] = value if isinstance(value, (Graph, AttributeProto)) else helper.make_attribute(name, value)
+        subgraphs = [value] if isinstance(value, Graph) else value if isinstance(value, list) and value and isinstance(value[0], Graph) else []
+        data["attrs"][name] = value if isinstance(value, (Graph, AttributeProto)) or subgraphs else helper.make_attribute(name, value)
         data["attrs_dirty"] = True
+        if subgraphs:  # a new body: it belongs here now, and reads what it reads through captures
+            self._owners[node.id] = None
+            for sub in subgraphs:
+                sub.parent, sub.owner = self, node.id
+            self.refresh_captures(node)
 
     def del_attr(self, node: Node, name: str) -> None:
         data = self.nx.nodes[node.id]
@@ -491,9 +495,12 @@ class Graph:
 
         ``new`` must be unused, or a graph output whose producer was removed (the usual way an
         elimination keeps an output's name: remove the node, then rename its input to the output).
+        A value read from an enclosing graph, or a sparse initializer, cannot be renamed here.
         """
         if old == new:
             return
+        if (self.parent is not None and self.is_free(old)) or old in self.sparse_initializers:
+            raise ValueError(f"cannot rename '{old}' here: it is defined outside this graph's node list")
         g = self.nx
         if new in g:
             # The one name that may be reused: a graph output whose producer was just removed.
