@@ -87,17 +87,26 @@ def compare_arrays(name: str, ref: Any, got: Any, rtol: float = RTOL, atol: floa
 
 
 def verify(original: Model, rewritten: Model, seed: int = 0, input_shapes: dict[str, list[int]] | None = None,
-           feeds: dict[str, np.ndarray] | None = None, rtol: float = RTOL, atol: float = ATOL) -> Verification:
-    ref_sess = make_session(original)
-    new_sess = make_session(rewritten)
+           feeds: dict[str, np.ndarray] | None = None, rtol: float = RTOL, atol: float = ATOL,
+           original_path: str | None = None) -> Verification:
+    """Run both models on the same inputs and compare every output.
+
+    The sessions run one after the other (the first is dropped before the second is built), so
+    peak memory is one model's, not two; ``original_path`` lets the original run from its file
+    instead of a re-saved copy when the Model came from disk unchanged.
+    """
+    ref_sess = make_session(original_path or original)
     if feeds is None:
         feeds = random_inputs(ref_sess, seed, input_shapes)
     names = [o.name for o in ref_sess.get_outputs()]
-    new_names = [o.name for o in new_sess.get_outputs()]
     ref_out = ref_sess.run(None, feeds)
+    del ref_sess
+    new_sess = make_session(rewritten)
+    new_names = [o.name for o in new_sess.get_outputs()]
     accepted = {i.name for i in new_sess.get_inputs()} | {i.name for i in new_sess.get_overridable_initializers()}
     new_feeds = {k: v for k, v in feeds.items() if k in accepted}
     new_out = dict(zip(new_names, new_sess.run(None, new_feeds)))
+    del new_sess
     result = Verification(True, rtol, atol)
     for name, ref in zip(names, ref_out):
         if name not in new_out:

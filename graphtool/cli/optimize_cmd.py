@@ -121,7 +121,7 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
                               "opset": start.opset(""), "report": report.as_dict()}
     summary = None
     if not no_verify:
-        verification = verify(original, optimized, input_shapes=shapes, rtol=rtol, atol=atol)
+        verification = verify(original, optimized, input_shapes=shapes, rtol=rtol, atol=atol, original_path=model_path)
         result["verification"] = verification.as_dict()
         summary = verification.summary()
         if not verification.ok:
