@@ -51,5 +51,22 @@ def run_cli(capsys):
     return run
 
 
+def count_calls(fn) -> int:
+    """Python calls + generator resumptions + C calls made while ``fn()`` runs."""
+    calls = 0
+
+    def profiler(frame, event, arg):
+        nonlocal calls
+        if event in ("call", "c_call"):
+            calls += 1
+
+    sys.setprofile(profiler)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
 def pytest_configure(config):
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))

@@ -18,6 +18,8 @@ import numpy as np
 import onnx
 import pytest
 
+from tests.conftest import count_calls
+
 from graphtool import io
 from graphtool.ir.tensor import Tensor
 
@@ -25,23 +27,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from gen_models import big_graph, external_transformer  # noqa: E402
 
 LINEAR = 2.3  # allowed growth of the call count when the graph doubles
-
-
-def count_calls(fn) -> int:
-    """Python calls + generator resumptions + C calls made while ``fn()`` runs."""
-    calls = 0
-
-    def profiler(frame, event, arg):
-        nonlocal calls
-        if event in ("call", "c_call"):
-            calls += 1
-
-    sys.setprofile(profiler)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return calls
 
 
 @pytest.fixture(scope="module")

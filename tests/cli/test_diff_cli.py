@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import xml.etree.ElementTree as ET
 
 import onnx
@@ -100,14 +99,11 @@ def test_resnet50_vs_level1_optimized_svg(run_cli, tmp_path):
     optimized, report, _ = optimize(model, level=1)
     opt_path = tmp_path / "resnet50_l1.onnx"
     io.save(optimized, opt_path)
-    start = time.perf_counter()
     r = run_cli("diff", RESNET, str(opt_path), "-o", str(tmp_path / "d.svg"))
-    seconds = time.perf_counter() - start
     assert r.exit_code == 1, r.stderr
     doc = json.loads(run_cli("diff", "--json", RESNET, str(opt_path)).stdout)
     assert doc["counts"]["removed"] - doc["counts"]["added"] == report.nodes_before - report.nodes_after
     ET.parse(tmp_path / "d.svg")
-    assert seconds < 30, seconds
 
 
 def test_subgraph_models(run_cli, tmp_path):

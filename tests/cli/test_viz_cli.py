@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import xml.etree.ElementTree as ET
 
 from tests.conftest import FIXTURES, light_model
@@ -37,13 +36,10 @@ def test_around_and_depth(run_cli, tmp_path):
 
 
 def test_densenet121_whole_and_past_max_nodes(run_cli, tmp_path):
-    start = time.perf_counter()
     r = run_cli("viz", DENSENET, "-o", str(tmp_path / "d.svg"))
-    seconds = time.perf_counter() - start
     assert r.exit_code == 0, r.stderr
     assert "drew 1746 of 1746 nodes" in r.stdout and r.stderr == ""
     ET.parse(tmp_path / "d.svg")
-    assert seconds < 60, seconds
     r = run_cli("viz", DENSENET, "--max-nodes", "300", "-o", str(tmp_path / "part.svg"))
     assert r.exit_code == 0
     assert "graphtool: note: drew 300 of 1746 nodes (--max-nodes 300); use --around NODE" in r.stderr
