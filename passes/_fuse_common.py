@@ -167,3 +167,32 @@ class Namer:
             name, k = f"{base}_{k}", k + 1
         self.taken.add(name)
         return name
+
+
+def reduce_mean_axes(graph: Graph, node: Node) -> list[int] | None:
+    """The axes of a keepdims=1 ReduceMean (attribute before opset 18, input after); [] = all."""
+    if node.attr("keepdims", 1) != 1:
+        return None
+    if len(node.inputs) > 1 and node.inputs[1]:
+        array = graph.const(node.inputs[1])
+        if array is None or array.dtype.kind not in "iu":
+            return None
+        axes = [int(a) for a in array.reshape(-1)]
+    else:
+        axes = [int(a) for a in (node.attr("axes") or [])]
+    if not axes and node.attr("noop_with_empty_axes", 0):
+        return None  # an identity, not a mean
+    return axes
+
+
+def trailing_axes_count(axes: list[int], x_rank: int | None) -> int | None:
+    """k when ``axes`` are exactly the last k axes of an input of rank ``x_rank``, else None."""
+    if not axes:
+        return x_rank  # reduce over everything: all axes are trailing
+    k = len(axes)
+    if all(a < 0 for a in axes):
+        return k if sorted(axes) == list(range(-k, 0)) else None
+    if x_rank is None:
+        return None
+    positive = sorted(a + x_rank if a < 0 else a for a in axes)
+    return k if positive == list(range(x_rank - k, x_rank)) else None

@@ -46,9 +46,11 @@ from graphtool.passes._fuse_common import (
     only_feeds,
     other_input,
     rank,
+    reduce_mean_axes,
     replace_chain,
     scalar_const,
     sole_user,
+    trailing_axes_count,
 )
 
 _LN_DTYPES = (np.float32, np.float16)
@@ -66,35 +68,6 @@ class _Match:
     beta: tuple[str, np.ndarray] | None = None
     norm_dims: tuple[int, ...] | None = None  # static normalized dims, when the shape says so
     leftovers: list[str] = field(default_factory=list)
-
-
-def _reduce_axes(graph: Graph, node: Node) -> list[int] | None:
-    """The axes of a keepdims=1 ReduceMean (attribute before opset 18, input after); [] = all."""
-    if node.attr("keepdims", 1) != 1:
-        return None
-    if len(node.inputs) > 1 and node.inputs[1]:
-        array = graph.const(node.inputs[1])
-        if array is None or array.dtype.kind not in "iu":
-            return None
-        axes = [int(a) for a in array.reshape(-1)]
-    else:
-        axes = [int(a) for a in (node.attr("axes") or [])]
-    if not axes and node.attr("noop_with_empty_axes", 0):
-        return None  # an identity, not a mean
-    return axes
-
-
-def _trailing_count(axes: list[int], x_rank: int | None) -> int | None:
-    """k when ``axes`` are exactly the last k axes (case 2), else None."""
-    if not axes:
-        return x_rank  # reduce over everything: all axes are trailing
-    k = len(axes)
-    if all(a < 0 for a in axes):
-        return k if sorted(axes) == list(range(-k, 0)) else None
-    if x_rank is None:
-        return None
-    positive = sorted(a + x_rank if a < 0 else a for a in axes)
-    return k if positive == list(range(x_rank - k, x_rank)) else None
 
 
 def _fit(array: np.ndarray, k: int, norm_dims: tuple[int, ...] | None, x_rank: int | None) -> np.ndarray | None:
@@ -153,13 +126,13 @@ def _match(graph: Graph, sqrt: Node) -> _Match | None:
     rm1 = graph.producer(mean)
     if not is_op(rm1, "ReduceMean") or rm1.inputs[0] != x:
         return None
-    axes1, axes2 = _reduce_axes(graph, rm1), _reduce_axes(graph, rm2)
+    axes1, axes2 = reduce_mean_axes(graph, rm1), reduce_mean_axes(graph, rm2)
     leftovers += rm1.inputs[1:] + rm2.inputs[1:]
     if axes1 is None or axes2 is None:
         return None
     x_rank = rank(graph, x)
-    k = _trailing_count(axes1, x_rank)
-    if k is None or k == 0 or _trailing_count(axes2, x_rank) != k:
+    k = trailing_axes_count(axes1, x_rank)
+    if k is None or k == 0 or trailing_axes_count(axes2, x_rank) != k:
         return None
 
     # ---- the normalization: d / std in one of its three spellings

@@ -35,8 +35,10 @@ from graphtool.passes._fuse_common import (
     is_op,
     only_feeds,
     other_input,
+    reduce_mean_axes,
     scalar_const,
     sole_user,
+    trailing_axes_count,
 )
 from graphtool.passes._ort_common import Shapes, record_shape, replace_with
 
@@ -52,24 +54,6 @@ class RmsMatch:
     consts: list[str] = field(default_factory=list)
 
 
-def _axes(graph: Graph, node: Node) -> list[int] | None:
-    if node.attr("keepdims", 1) != 1:
-        return None
-    if len(node.inputs) > 1 and node.inputs[1]:
-        array = graph.const(node.inputs[1])
-        return None if array is None else [int(a) for a in array.reshape(-1)]
-    axes = node.attr("axes")
-    return [int(a) for a in axes] if axes else None
-
-
-def _trailing(axes: list[int], rank: int | None) -> int | None:
-    k = len(axes)
-    if rank is not None:
-        axes = [a + rank if a < 0 else a for a in axes]
-        return k if sorted(axes) == list(range(rank - k, rank)) else None
-    return k if sorted(axes) == list(range(-k, 0)) else None
-
-
 def match_rms(graph: Graph, shapes: Shapes, rm: Node) -> RmsMatch | None:
     """Anchored on the ReduceMean of x²."""
     square = graph.producer(rm.inputs[0])
@@ -83,8 +67,8 @@ def match_rms(graph: Graph, shapes: Shapes, rm: Node) -> RmsMatch | None:
     if not only_feeds(graph, rm.inputs[0], rm):
         return None
     rank = shapes.rank(x)
-    axes = _axes(graph, rm)
-    k = _trailing(axes, rank) if axes else None
+    axes = reduce_mean_axes(graph, rm)
+    k = trailing_axes_count(axes, rank) if axes else None
     if not k:
         return None
     max_rank = rank if rank is not None else 0
