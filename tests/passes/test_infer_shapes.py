@@ -1,0 +1,43 @@
+"""infer-shapes: static inferred shapes become value_info, so shape-proving passes can fire."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from graphtool import io
+from graphtool.optimize import optimize
+from graphtool.verify import verify
+
+
+def _mlp(batch) -> object:
+    """x[batch,8] → Relu → MatMul(W) → Add(b): no value_info, only the input's declared shape."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("MatMul", ["r", "w"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, b])
+    return io.load_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def _ops(model) -> list[str]:
+    return [n.op_type for n in model.graph.topological_order()]
+
+
+def test_static_shapes_let_matmul_add_become_gemm():
+    original = _mlp(3)
+    without, _, _ = optimize(original, skip=["infer-shapes"])
+    assert _ops(without) == ["Relu", "MatMul", "Add"]  # rank of 'r' unknown: refused
+    optimized, report, _ = optimize(original)
+    assert _ops(optimized) == ["Relu", "Gemm"]
+    assert report.passes["infer-shapes"].stats["recorded"] >= 1
+    assert optimized.graph.shape("r") == [3, 8]
+    assert verify(original, optimized).ok
+
+
+def test_symbolic_shapes_are_not_recorded():
+    original = _mlp("N")
+    optimized, report, _ = optimize(original, passes=["infer-shapes"])
+    assert optimized.graph.shape("r") is None and "recorded" not in report.passes["infer-shapes"].stats
