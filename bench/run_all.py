@@ -508,11 +508,14 @@ def _versions() -> str:
     return ", ".join(parts)
 
 
-def section(rows: list[dict], tools: tuple[Tool, ...], elapsed: float, argv: list[str], repeat: int) -> str:
+def section(rows: list[dict], tools: tuple[Tool, ...], elapsed: float, generation: float, argv: list[str],
+            repeat: int) -> str:
     cmd = "python bench/run_all.py" + ("" if not argv else " " + " ".join(argv))
     out = [SECTION, "",
            f"`make bench` (`{cmd}`), {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores "
-           f"({platform.machine()}, shared with other jobs), {_versions()}. Whole run: {elapsed / 60:.1f} min.",
+           f"({platform.machine()}, shared with other jobs), {_versions()}. Whole run: {elapsed / 60:.1f} min, of which "
+           f"{generation / 60:.1f} min generating missing models (a run from an empty bench/out/models exports and "
+           "generates them all: about 5 min more).",
            "Every cell is one fresh process (bench/peers.py): seconds = load → optimize → save, imports excluded "
            f"(best of {repeat} when under {REPEAT_BELOW_S:.0f} s); cpu s = that process's CPU time; peak RSS of that process; 12 GB address-space cap. graphtool-l1 = `optimize(level=1)`, "
            "graphtool-l2 = `optimize(level=2, target=\"ort\")`. max |diff| = original vs result in onnxruntime "
@@ -566,6 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     os.makedirs(MODELS_DIR, exist_ok=True)
     benches = select(args)
+    generation = time.perf_counter() - start  # exporting/generating the models that were missing
     if not benches:
         ap.error("no model matches")
     rows, timed_out = [], {}
@@ -573,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{bench.group}/{bench.name}", file=sys.stderr, flush=True)
         rows.append(run_bench(bench, tools, timed_out, args.repeat))
     elapsed = time.perf_counter() - start
-    text = section(rows, tools, elapsed, argv, args.repeat)
+    text = section(rows, tools, elapsed, generation, argv, args.repeat)
     print(text)
     if args.write or not (args.quick or args.only or args.tools or args.no_generate):
         write_section(text)
