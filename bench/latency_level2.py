@@ -3,8 +3,11 @@
     /work/torchenv/bin/python fixtures/make_torch_fixtures.py --bert-base /tmp/bertbase   # once
     python bench/latency_level2.py [--dir /tmp/bertbase] [--runs 40] [--models bert_base_ts] [--peers]
 
-For each export, the original and graphtool's level-2 ``--target ort`` result (and, as a control,
-the same with the attention / SkipLayerNormalization / EmbedLayerNormalization fusions skipped) run in this one process under onnxruntime at every
+First a kernel check: one residual + LayerNorm at BERT-base size as Add, Add, LayerNormalization and
+as com.microsoft SkipLayerNormalization. Then for each export, the original and graphtool's level-2
+``--target ort`` result (also with only SkipLayerNormalization skipped — what attention fusion itself
+gains — and, as a control, with the attention / SkipLayerNormalization / EmbedLayerNormalization
+fusions skipped) run in this one process under onnxruntime at every
 optimization level (off / basic / extended / all), one intra-op thread, on the export's own sample
 inputs (batch 2, sequence 128). Per level the variants' sessions are created together and their
 runs are **interleaved** (A, B, C, A, B, C, ...) after warm-up, so load from other processes falls on
@@ -44,11 +47,14 @@ LEVELS = ("off", "basic", "extended", "all")
 # (com.microsoft Attention / SkipLayerNormalization; EmbedLayerNormalization lets ORT infer the
 # shapes it needs to run its own SkipLayerNormFusion at extended).
 LATENCY_SKIP = ("fuse-attention-ort", "ort-skip-layer-norm", "ort-embed-layer-norm")
+# Only SkipLayerNormalization off: isolates what the attention fusion itself gains.
+SLN_SKIP = ("ort-skip-layer-norm",)
 
 
 def build_variants(name: str, src: str, tmp: str, peers: bool) -> dict[str, str]:
     variants = {"original": src}
-    for label, skip in (("graphtool L2-ort", ()), ("graphtool L2-ort, contrib attention/LN off", LATENCY_SKIP)):
+    for label, skip in (("graphtool L2-ort", ()), ("graphtool L2-ort, SkipLayerNorm off", SLN_SKIP),
+                        ("graphtool L2-ort, contrib attention/LN off", LATENCY_SKIP)):
         start = time.perf_counter()
         model, report, _ = optimize(io.load(src), level=2, target="ort", skip=skip, in_place=True)
         path = os.path.join(tmp, f"{name}.{len(variants)}.onnx")
@@ -103,6 +109,44 @@ def measure(variants: dict[str, str], level: str, feeds: dict[str, np.ndarray], 
     return ({k: statistics.median(v) for k, v in wall.items()}, {k: statistics.median(v) for k, v in cpu.items()}, diffs)
 
 
+def kernel_check(runs: int = 300) -> None:
+    """One residual + LayerNorm at BERT-base size, both ways, with ORT optimizations off: the
+    contrib SkipLayerNormalization kernel against the Add, Add, LayerNormalization it replaces."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    d, shape = 768, [2, 128, 768]
+    inits = [numpy_helper.from_array(np.full(d, v, np.float32), n) for n, v in (("g", 1.0), ("b", 0.0), ("bias", 0.1))]
+    ins = [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, shape) for n in ("x", "s")]
+    out = [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, shape)]
+    forms = {
+        "Add, Add, LayerNormalization": [helper.make_node("Add", ["x", "bias"], ["xb"]), helper.make_node("Add", ["xb", "s"], ["r"]),
+                                         helper.make_node("LayerNormalization", ["r", "g", "b"], ["y"], epsilon=1e-12)],
+        "com.microsoft SkipLayerNormalization": [helper.make_node("SkipLayerNormalization", ["x", "s", "g", "b", "bias"], ["y"],
+                                                                  domain="com.microsoft", epsilon=1e-12)],
+    }
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.standard_normal(shape).astype(np.float32) for n in ("x", "s")}
+    sessions = {}
+    for label, nodes in forms.items():
+        graph = helper.make_graph(nodes, "k", ins, out, inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+        sessions[label] = make_session(model.SerializeToString(), "off", threads=1)
+    times: dict[str, list[float]] = {k: [] for k in sessions}
+    results = {k: s.run(None, feeds)[0] for k, s in sessions.items()}
+    for _ in range(runs):
+        for label, sess in sessions.items():
+            start = time.perf_counter()
+            sess.run(None, feeds)
+            times[label].append((time.perf_counter() - start) * 1e6)
+    a, b = results.values()
+    print(f"\n### Kernel check: residual + LayerNorm on [2, 128, 768], median of {runs} interleaved runs, 1 thread\n")
+    print("| form | µs |\n|---|---|")
+    for label, t in times.items():
+        print(f"| {label} | {statistics.median(t):.0f} |")
+    print(f"\nmax abs diff {float(np.max(np.abs(a - b))):.1e}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", default="/tmp/bertbase")
@@ -112,6 +156,7 @@ def main() -> None:
     parser.add_argument("--peers", action="store_true")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    kernel_check()
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             src = os.path.join(args.dir, f"{name}.onnx")

@@ -1,6 +1,7 @@
 """Level 1 side by side: graphtool vs ORT basic, onnxsim and onnxslim — nodes and seconds.
 
     python bench/level1.py [--models light_resnet50,bert_ts] [--out bench/out]
+    python bench/level1.py --corpus --out /tmp/corpus   # the wheel's other 140 models
 
 The bar (issue: pass framework, level 1): graphtool's node count ≤ the best peer's and its wall
 time ≤ onnxslim's on every model. Rows that miss the bar are marked.
@@ -38,13 +39,27 @@ def bench_models() -> dict[str, tuple[str, str | None]]:
     return models
 
 
+def corpus_models() -> dict[str, tuple[str, str | None]]:
+    """The onnx wheel's other on-disk models (pytorch-converted, pytorch-operator, simple): a
+    check on graphs the passes were not tuned on."""
+    import onnx
+
+    data = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
+    models: dict[str, tuple[str, str | None]] = {}
+    for family in ("pytorch-converted", "pytorch-operator", "simple"):
+        for path in sorted(glob.glob(os.path.join(data, family, "*", "model.onnx"))):
+            models[f"{family}/{os.path.basename(os.path.dirname(path))}"] = (path, None)
+    return models
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", help="comma-separated subset")
     parser.add_argument("--out", default=os.path.join(HERE, "out"))
+    parser.add_argument("--corpus", action="store_true", help="the wheel's pytorch-converted/-operator and simple models instead")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    models = bench_models()
+    models = corpus_models() if args.corpus else bench_models()
     if args.models:
         models = {k: v for k, v in models.items() if k in args.models.split(",")}
     header = ["model", "graphtool", *PEERS, "best peer", "gt s", *(f"{p} s" for p in PEERS), "gt/slim time", "max |diff|", "bar"]
@@ -54,7 +69,7 @@ def main() -> None:
     for name, (path, inputs) in models.items():
         row = {}
         for tool in ("graphtool", *PEERS):
-            out = os.path.join(args.out, f"{name}.{tool}.onnx")
+            out = os.path.join(args.out, f"{name.replace('/', '_')}.{tool}.onnx")
             row[tool] = measure(tool, path, out)
             row[tool]["out"] = out
         gt = row["graphtool"]
