@@ -23,11 +23,16 @@ from peers import measure, outputs_equal  # noqa: E402
 PEERS = ("ort-basic", "onnxsim", "onnxslim")
 
 
-def bench_models() -> dict[str, tuple[str, str | None]]:
-    """name → (path, inputs.npz or None): the light/ models and the torch exports."""
+def _wheel_data(*parts: str) -> str:
+    """A folder of the onnx wheel's backend test data."""
     import onnx
 
-    light = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", *parts)
+
+
+def bench_models() -> dict[str, tuple[str, str | None]]:
+    """name → (path, inputs.npz or None): the light/ models and the torch exports."""
+    light = _wheel_data("light")
     models: dict[str, tuple[str, str | None]] = {}
     for path in sorted(glob.glob(os.path.join(light, "*.onnx"))):
         models[os.path.basename(path)[:-5]] = (path, None)
@@ -42,12 +47,9 @@ def bench_models() -> dict[str, tuple[str, str | None]]:
 def corpus_models() -> dict[str, tuple[str, str | None]]:
     """The onnx wheel's other on-disk models (pytorch-converted, pytorch-operator, simple): a
     check on graphs the passes were not tuned on."""
-    import onnx
-
-    data = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
     models: dict[str, tuple[str, str | None]] = {}
     for family in ("pytorch-converted", "pytorch-operator", "simple"):
-        for path in sorted(glob.glob(os.path.join(data, family, "*", "model.onnx"))):
+        for path in sorted(glob.glob(os.path.join(_wheel_data(family), "*", "model.onnx"))):
             models[f"{family}/{os.path.basename(os.path.dirname(path))}"] = (path, None)
     return models
 

@@ -476,7 +476,6 @@ class _ModelView:
         return target
 
     def _emit_io(self, graph: Graph, target: graphviz.Digraph, nodes: list[Node]) -> None:
-        pic = self.picture
         gk = self.gkey(graph)
         drawn = {n.id for n in nodes}
         used_inputs = {v for n in nodes for v in n.inputs if v in graph.inputs and v not in graph.initializers}
@@ -485,27 +484,25 @@ class _ModelView:
                 continue
             if self.selected is not None and value not in used_inputs:
                 continue
-            vid = f"g{gk}i{k}"
-            shape = shape_text(graph.shape(value))
-            dtype = graph.dtype(value)
-            detail = " ".join(x for x in (dtype_name(dtype) if dtype else "", shape or "") if x)
-            target.node(vid, label=html_label(html_text(value, 40), small(html_text(detail))), shape="ellipse",
-                        style="filled", fillcolor="#e8f5e9", color="#66bb6a", id=vid)
-            pic.titles[vid] = f"input {value}\n{detail}"
-            pic.info[vid] = {"input": value, "type": detail}
+            self._io_node(target, graph, value, f"g{gk}i{k}", "input", "#e8f5e9", "#66bb6a")
         for k, value in enumerate(graph.outputs):
             producer = graph.producer(value)
             if self.selected is not None and (producer is None or producer.id not in drawn):
                 continue
             vid = f"g{gk}o{k}"
-            shape = shape_text(graph.shape(value))
-            dtype = graph.dtype(value)
-            detail = " ".join(x for x in (dtype_name(dtype) if dtype else "", shape or "") if x)
-            target.node(vid, label=html_label(html_text(value, 40), small(html_text(detail))), shape="ellipse",
-                        style="filled", fillcolor="#fff3e0", color="#ffa726", id=vid)
-            pic.titles[vid] = f"output {value}\n{detail}"
-            pic.info[vid] = {"output": value, "type": detail}
+            self._io_node(target, graph, value, vid, "output", "#fff3e0", "#ffa726")
             self.output_nodes.append((graph, value, vid))
+
+    def _io_node(self, target: graphviz.Digraph, graph: Graph, value: str, vid: str, kind: str, fill: str,
+                 line: str) -> None:
+        """A graph input or output as an ellipse labelled with its name, dtype and shape."""
+        pic = self.picture
+        dtype = graph.dtype(value)
+        detail = " ".join(x for x in (dtype_name(dtype) if dtype else "", shape_text(graph.shape(value)) or "") if x)
+        target.node(vid, label=html_label(html_text(value, 40), small(html_text(detail))), shape="ellipse",
+                    style="filled", fillcolor=fill, color=line, id=vid)
+        pic.titles[vid] = f"{kind} {value}\n{detail}"
+        pic.info[vid] = {kind: value, "type": detail}
 
     def _source(self, graph: Graph, value: str) -> str | None:
         """The element an edge carrying ``value`` starts from (None: folded or not drawn)."""
