@@ -23,6 +23,7 @@ one shape. The report says how the inputs were found.
 from __future__ import annotations
 
 import ast
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -65,11 +66,13 @@ class Discovery:
     sets: list[InputSet]
     how: str
     attempts: int = 1
-    seconds: float = 0.0
+    seconds: float = 0.0  # the whole search, including the successful reference run
+    extra_seconds: float = 0.0  # spent on attempts that failed: what discovery cost beyond one run
     failures: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"how": self.how, "attempts": self.attempts, "seconds": round(self.seconds, 3),
+                "extra_seconds": round(self.extra_seconds, 3),
                 "sets": [s.label for s in self.sets],
                 "shapes": {k: list(v.shape) for k, v in (self.sets[0].feeds.items() if self.sets else [])}}
 
@@ -304,6 +307,7 @@ def discover(model: onnx.ModelProto, run: Any, inputs: list[InputSpec], seed: in
             continue
         attempts += 1
         feeds = make_feeds(inputs, shapes, seed, value_sets[0], bounds)
+        before = clock()
         try:
             outputs = run(feeds)
         except Exception as err:  # noqa: BLE001 - the model's own failure, kept for the report
@@ -319,7 +323,7 @@ def discover(model: onnx.ModelProto, run: Any, inputs: list[InputSpec], seed: in
                 f"{k} ∈ {{{', '.join(map(str, v))}}}" for k, v in found_values.items())
         if user_values:
             evidence += "; values given: " + ", ".join(f"{k}={v}" for k, v in user_values.items())
-        return Discovery(sets, evidence, attempts, clock() - start, failures)
+        return Discovery(sets, evidence, attempts, clock() - start, before - start, failures)
     raise ModelDoesNotRun(
         "the original model fails in onnxruntime on every input set tried "
         f"({attempts} attempt{'s' if attempts != 1 else ''}; first: {failures[0] if failures else 'none fit'}); "
@@ -372,8 +376,10 @@ def _more_sets(inputs: list[InputSpec], shapes: dict[str, list[int]], seed: int,
 
 
 def ort_reason(err: Exception) -> str:
+    """onnxruntime's message without its source location and C++ signature: the part a user reads."""
     text = str(err).strip().replace("\n", " ")
     marker = "Status Message: "
     if marker in text:
         text = text.rsplit(marker, 1)[1]
-    return text[:200] or type(err).__name__
+    text = re.sub(r"^/\S+:\d+ \S+?\(.*?\)\s*", "", text)
+    return text[:240] or type(err).__name__

@@ -214,3 +214,11 @@ def verify(original: Model, rewritten: Model, seed: int = 0, input_shapes: dict[
     if coverage is not None and ref_proto is not None:
         coverage.unverified = unverified_rewrites(ref_proto, to_onnx(rewritten), coverage.sites)
     return result
+
+
+def find_inputs(model: Model, path: str | None = None, input_shapes: dict[str, list[int]] | None = None,
+                input_values: dict[str, list[Any]] | None = None, seed: int = 0) -> Discovery:
+    """Input sets the original runs on, found as verify finds them (for compare and benchmarks)."""
+    ref = Reference(model, path)
+    return discover(ref.proto if ref.proto is not None else onnx.ModelProto(), ref.run, input_specs(ref.session),
+                    seed, input_shapes, input_values)

@@ -111,14 +111,12 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
     result: dict[str, Any] = {"input": model_path, "output": output, "level": level, "target": target,
                               "opset": start.opset(""), "report": report.as_dict()}
     summary = None
+    verification = None
     if not no_verify:
         verification = verify(original, optimized, input_shapes=shapes, feeds=feeds, input_values=values,
                               rtol=rtol, atol=atol, original_path=model_path)
         result["verification"] = verification.as_dict()
         summary = verification.summary()
-        if verification.discovery is not None:
-            summary += f"\ninputs: {verification.discovery.how} ({verification.discovery.attempts} attempt" \
-                       f"{'s' if verification.discovery.attempts != 1 else ''}, {verification.discovery.seconds:.2f} s)"
         if not verification.ok:
             culprit = find_culprit(original, report, ctx, start=start, input_sets=verification.input_sets,
                                    rtol=rtol, atol=atol)
@@ -148,6 +146,10 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
         emit(result, True)
         return
     click.echo(format_report(report, (result["size_before"], result["size_after"]), summary))
+    found = verification.discovery if verification is not None else None
+    if found is not None:
+        click.echo(f"inputs: {found.how} ({found.attempts} attempt{'s' if found.attempts != 1 else ''}, "
+                   f"{found.extra_seconds:.2f} s searching)")
     click.echo(f"wrote {output}")
     if comparison is not None:
         click.echo("")
