@@ -53,8 +53,10 @@ def compare_command(model_path: str, levels: str, target: str, latency: bool, ru
     model_inputs = [n for n in model.graph.inputs if n not in model.graph.initializers]
     shapes, feeds, values = resolve_inputs(model_inputs, input_shapes, inputs_file, input_values)
     if feeds is None:  # inputs the original runs on, found as optimize's verification finds them
+        from graphtool.optimize import require_schema_valid
         from graphtool.verify import find_inputs
 
+        require_schema_valid(model)  # a broken op is named as such, before onnxruntime's load error
         feeds = find_inputs(model, model_path, shapes, values, seed).sets[0].feeds
     progress = (lambda msg: click.echo(f"… {msg}", err=True)) if sys.stderr.isatty() else None
     pairs: dict = {}
