@@ -34,6 +34,8 @@ def infer_dtype(graph: Graph, value: str, depth: int = 8) -> int | None:
     if known is not None or depth <= 0:
         return known
     node = graph.producer(value)
+    if node is None and graph.parent is not None and graph.is_free(value):
+        return infer_dtype(graph.parent, value, depth - 1)  # read from the enclosing scope
     if node is None or node.domain not in ("", "ai.onnx"):
         return None
     op = node.op_type
