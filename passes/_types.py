@@ -68,3 +68,30 @@ def _np_to_onnx(dtype) -> int | None:
         return helper.np_dtype_to_tensor_dtype(dtype)
     except (KeyError, TypeError, ValueError):
         return None
+
+
+SAME_SHAPE_UNARY = frozenset({"Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Clip", "Dropout",
+                              "Identity", "Cast", "Neg", "Abs", "Exp", "Log", "Sqrt", "Erf", "Gelu", "Softplus", "Elu"})
+
+
+def infer_rank(graph: Graph, value: str, depth: int = 8) -> int | None:
+    """The rank of ``value`` if the graph proves it: declared, constant, or from its producer
+    (Flatten and Gemm give 2, Reshape to a constant shape of k entries gives k, same-shape unary
+    ops keep their input's). None rather than a guess."""
+    shape = graph.shape(value)
+    if shape is not None:
+        return len(shape)
+    array = graph.const(value)
+    if array is not None:
+        return array.ndim
+    node = graph.producer(value)
+    if node is None or depth <= 0 or node.domain not in ("", "ai.onnx") or node.outputs[0] != value:
+        return None
+    if node.op_type in ("Flatten", "Gemm"):
+        return 2
+    if node.op_type == "Reshape" and len(node.inputs) > 1:
+        target = graph.const(node.inputs[1])
+        return None if target is None else int(target.size)
+    if node.op_type in SAME_SHAPE_UNARY and node.inputs:
+        return infer_rank(graph, node.inputs[0], depth - 1)
+    return None
