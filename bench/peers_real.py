@@ -68,6 +68,22 @@ def _feeds(path: str) -> dict[str, np.ndarray] | None:
         return None
 
 
+def _domains(path: str) -> set[str]:
+    import onnx
+
+    found: set[str] = set()
+
+    def walk(graph) -> None:
+        for node in graph.node:
+            found.add(node.domain or "ai.onnx")
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    walk(attr.g)
+
+    walk(onnx.load(path, load_external_data=False).graph)
+    return found
+
+
 def _size(path: str) -> int:
     data = path + ".data"
     return os.path.getsize(path) + (os.path.getsize(data) if os.path.exists(data) else 0)
@@ -85,12 +101,17 @@ def run_model(name: str, path: str, tools: list[str]) -> dict:
             if "error" not in res:
                 res["ok"], res["why"] = _check(path, out, feeds)
                 res["size"] = _size(out)
+                res["domains"] = sorted(_domains(out))
             row["tools"][key] = res
     return row
 
 
 def best(row: dict, tools: tuple[str, ...]) -> tuple[str, int] | None:
-    good = [(r["nodes"], t) for t, r in row["tools"].items() if t in tools and r.get("ok")]
+    """The fewest nodes among correct results; a standard-op tool's result must be standard ops
+    (onnxsim 0.8's default FuseAttention writes com.microsoft Attention, which is not portable)."""
+    portable = set(tools) != set(ORT_TARGET)
+    good = [(r["nodes"], t) for t, r in row["tools"].items() if t in tools and r.get("ok")
+            and not (portable and "com.microsoft" in r.get("domains", []))]
     return (min(good)[1], min(good)[0]) if good else None
 
 
@@ -127,7 +148,8 @@ def main() -> None:
             r = t.get(key, {})
             if "error" in r:
                 return "err"
-            return f"{r['nodes']}" + ("" if r.get("ok") else " ✗")
+            contrib = key in STANDARD and "com.microsoft" in r.get("domains", [])
+            return f"{r['nodes']}" + ("" if r.get("ok") else " ✗") + (" (ms)" if contrib else "")
 
         b1, b2 = best(row, STANDARD), best(row, ORT_TARGET)
         g1, g2 = t.get("graphtool-l1", {}), t.get("graphtool-l2", {})
