@@ -237,6 +237,12 @@ def check_tensor(proto: TensorProto) -> None:
         raise BadModel(f"tensor '{name}' has a negative dim: {list(proto.dims)}")
     if proto.data_type == TensorProto.STRING and (is_external(proto) or proto.HasField("raw_data")):
         raise BadModel(f"tensor '{name}': a string tensor keeps its values in string_data, not raw or external data")
+    if proto.data_type == TensorProto.STRING:  # the spec says UTF-8; Python decodes it wherever values are read
+        for i, value in enumerate(proto.string_data):
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise BadModel(f"tensor '{name}': string value #{i} is not valid UTF-8") from None
     if is_external(proto) or proto.HasField("segment"):
         return
     size = 1
