@@ -33,6 +33,9 @@ from typing import Any, Callable
 from graphtool.errors import GraphtoolError, UsageError
 
 _HEADER = struct.Struct("<Q")
+# onnxruntime writes a session-id file (.ses) into $TMPDIR when it starts: every child gets the
+# TMPDIR graphtool started with, not whatever a caller pointed it at later
+_START_TMPDIR = os.environ.get("TMPDIR")
 DEFAULT_TIME_LIMIT = 600.0
 _MEMORY_PATTERN = re.compile(r"bad_alloc|bad allocation|Failed to allocate|out of memory|MemoryError", re.I)
 
@@ -119,6 +122,9 @@ class _Worker:
         self.closing = []
         self.log = tempfile.TemporaryFile()
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        env.pop("TMPDIR", None)
+        if _START_TMPDIR is not None:
+            env["TMPDIR"] = _START_TMPDIR
         self.proc = subprocess.Popen([sys.executable, "-m", "graphtool.sandbox", str(CONFIG.memory)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
                                      env=env, close_fds=True)
