@@ -366,14 +366,10 @@ def _run_session(nodes: list[Node], wanted: list[str], leaf: Callable[[str], np.
     if _logical_bytes(feeds.values()) > MAX_EVAL_BYTES:
         raise sandbox.LimitHit("inputs too large to fold")
     # in the sandbox child: an intermediate that does not fit ends that child, not graphtool
-    return sandbox.call("evaluating constants", run_fold_session, model.SerializeToString(), wanted, feeds)
-
-
-def run_fold_session(model: bytes, wanted: list[str], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """One ORT session over a folded region's nodes (runs in the sandbox child)."""
-    sess = ort.InferenceSession(model, session_options("off"), providers=["CPUExecutionProvider"])
-    values = sess.run(wanted, feeds)
-    return {w: np.asarray(v) for w, v in zip(wanted, values)}
+    if not sandbox.enabled():
+        sess = ort.InferenceSession(model.SerializeToString(), session_options("off"), providers=["CPUExecutionProvider"])
+        return {w: np.asarray(v) for w, v in zip(wanted, sess.run(wanted, feeds))}
+    return sandbox.call("evaluating constants", sandbox.run_model, model.SerializeToString(), wanted, feeds)
 
 
 # ---------------------------------------------------------------------------- exact numpy kernels

@@ -161,7 +161,8 @@ def ort_optimized(model: Model, level: int) -> Model:
         # in the sandbox child: an optimizer that folds past the memory limit is one line, not a SIGKILL
         from graphtool import sandbox
 
-        sandbox.call(f"optimizing this model at level {level}", sandbox.ort_optimize, source, ORT_LEVELS[level], path)
+        with sandbox.spilled(source) as arg:
+            sandbox.call(f"optimizing this model at level {level}", sandbox.ort_optimize, arg, ORT_LEVELS[level], path)
         optimized = io.load(path)
         if any(t.external is not None for _, g in optimized.graphs() for t in g.initializers.values()):
             # weights ORT wrote beside the file: read them in before the folder disappears

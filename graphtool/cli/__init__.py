@@ -30,6 +30,16 @@ def cli(ctx: click.Context, debug: bool, allow_links: bool, memory_limit: str | 
     fileguard.ALLOW_LINKS = allow_links
     sandbox.configure(memory_limit=memory_limit, time_limit=time_limit)
     sandbox.SESSIONS = True  # every onnxruntime session of a command runs in the limited child
+    ctx.call_on_close(_end_of_command)  # in-process callers (tests) get the library defaults back
+    if ctx.invoked_subcommand in ("optimize", "compare", "convert", "tune"):
+        sandbox.prewarm()  # onnxruntime starts in the child while the model is read here
+
+
+def _end_of_command() -> None:
+    from graphtool import fileguard, sandbox
+
+    fileguard.ALLOW_LINKS = False
+    sandbox.SESSIONS = False
 
 
 def _register_commands() -> None:

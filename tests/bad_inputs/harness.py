@@ -43,7 +43,7 @@ NO_MODEL_COMMANDS = {"passes"}  # commands that take no model
 
 # onnxruntime's child gets 2 GB here, not the default min(8 GB, 70% of RAM): the fold bomb hits
 # the limit within seconds, and the suite does not take a shared machine's memory to prove it.
-os.environ.setdefault("GRAPHTOOL_MEMORY_LIMIT", "2G")
+MEMORY_LIMIT = "2G"
 
 
 def available_commands() -> list[str]:
@@ -234,11 +234,15 @@ def run_command(case: Case, command: str, root: Path, model: Path | None = None,
     argv = [*flags, *argv_for(command, str(model), out)]
     before = _listing(folder)
     code = 0
+    saved_limit = os.environ.get("GRAPHTOOL_MEMORY_LIMIT")
+    os.environ["GRAPHTOOL_MEMORY_LIMIT"] = saved_limit or MEMORY_LIMIT
     with _captured_fds() as (out_buf, err_buf), _tempdir(tmp), audited([folder, out, tmp]) as audit:
         try:
             main(list(argv))
         except SystemExit as exit_:
             code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
+    if saved_limit is None:
+        os.environ.pop("GRAPHTOOL_MEMORY_LIMIT", None)
     outside = list(audit.outside)
     return Run(case.name, command, argv, code, out_buf.getvalue().decode("utf-8", "replace"),
                err_buf.getvalue().decode("utf-8", "replace"), outside, list(audit.opened), _listing(out), _listing(tmp),
