@@ -55,12 +55,12 @@ def main() -> int:
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        for m in models:
+        for index, m in enumerate(models):
             for command in args.commands.split(","):
                 times = {False: [], True: []}
                 codes = {}
                 for rep in range(args.reps):
-                    for sandbox in ((False, True) if rep % 2 == 0 else (True, False)):
+                    for sandbox in ((False, True) if (rep + index) % 2 == 0 else (True, False)):
                         seconds, code = _run(command, m["path"], sandbox, out)
                         times[sandbox].append(seconds)
                         codes[sandbox] = code
