@@ -208,9 +208,111 @@ def check(model: Model, runtime: str = "ort", passes: Iterable[str] | None = Non
     chosen = select_passes(level=3, target="ort" if runtime == "ort" else "onnx", only=passes, analysis=True)
     ctx = PassContext(model, level=3, target="ort" if runtime == "ort" else "onnx")
     PassManager(chosen, max_iterations=1).run(model, ctx)
+    ctx.findings.extend(spec_findings(model))
     order = {s: i for i, s in enumerate(SEVERITIES)}
     findings = sorted(ctx.findings, key=lambda f: order[f.severity])  # stable: graph order within a severity
     return CheckReport(runtime, findings)
+
+
+# ---------------------------------------------------------------- spec rules onnx's checker skips
+# onnx.checker accepts a function that calls itself and a tensor that holds its values twice;
+# onnxruntime then refuses the first at load and silently picks one copy of the second. These
+# rules look at the whole model at once (a call graph, every tensor proto), so they live here
+# rather than in the per-graph check passes. Cost: one visit of every node and tensor.
+
+_TYPED_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
+
+
+def spec_findings(model: Model) -> list[Finding]:
+    """Recursive or mutually recursive model-local functions, functions defined twice, and
+    tensors whose data is given in more than one field (raw_data, a typed field, external)."""
+    return [*_recursion(model), *_duplicate_functions(model), *_tensor_fields(model)]
+
+
+def _calls(fn: Function, keys: dict[tuple[str, str], Function]) -> list[Function]:
+    called: dict[int, Function] = {}
+    for graph in fn.body.walk():
+        for node in graph.nodes():
+            target = keys.get((node.domain, node.op_type))
+            if target is not None:
+                called[id(target)] = target
+    return list(called.values())
+
+
+def _recursion(model: Model) -> list[Finding]:
+    """Every cycle of the call graph among model-local functions, each reported once."""
+    keys = {(fn.domain, fn.name): fn for fn in model.functions}
+    edges = {id(fn): _calls(fn, keys) for fn in model.functions}
+    findings, state, stack = [], {}, []  # state: 1 on the DFS stack, 2 done
+
+    def visit(fn: Function) -> None:  # iterative enough: function call graphs are small
+        state[id(fn)] = 1
+        stack.append(fn)
+        for callee in edges[id(fn)]:
+            if state.get(id(callee)) == 1:
+                cycle = stack[stack.index(callee):] + [callee]
+                path = " -> ".join(fn_label(f) for f in cycle)
+                what = "calls itself" if len(cycle) == 2 else "and the functions it calls call it back"
+                findings.append(Finding("error", "recursive-function",
+                                        f"function {fn_label(callee)} {what} ({path}); ONNX functions may not recurse",
+                                        scope=f"function {fn_label(callee)}",
+                                        hint="onnxruntime refuses to load the model; inline or unroll the recursion"))
+            elif id(callee) not in state:
+                visit(callee)
+        stack.pop()
+        state[id(fn)] = 2
+
+    for fn in model.functions:
+        if id(fn) not in state:
+            visit(fn)
+    return findings
+
+
+def _duplicate_functions(model: Model) -> list[Finding]:
+    seen = Counter(fn.key for fn in model.functions)
+    return [Finding("error", "duplicate-function", f"function {d}:{n}{' overload ' + o if o else ''} is defined "
+                    f"{k} times", hint="runtimes keep one of them; which one is not specified")
+            for (d, n, o), k in seen.items() if k > 1]
+
+
+def _data_fields(proto: onnx.TensorProto) -> list[str]:
+    fields = [f for f in _TYPED_FIELDS if len(getattr(proto, f))]
+    if proto.HasField("raw_data"):
+        fields.append("raw_data")
+    if proto.data_location == onnx.TensorProto.EXTERNAL or len(proto.external_data):
+        fields.append("external_data")
+    return fields
+
+
+def _attr_tensors(attr: onnx.AttributeProto) -> Iterable[onnx.TensorProto]:
+    if attr.HasField("t"):
+        yield attr.t
+    yield from attr.tensors
+    for sparse in ([attr.sparse_tensor] if attr.HasField("sparse_tensor") else []) + list(attr.sparse_tensors):
+        yield sparse.values
+        yield sparse.indices
+
+
+def _tensor_fields(model: Model) -> list[Finding]:
+    findings = []
+
+    def visit(proto: onnx.TensorProto, scope: str, node: Node | None = None) -> None:
+        fields = _data_fields(proto)
+        if len(fields) > 1:
+            findings.append(Finding("error", "tensor-data", f"tensor '{proto.name}' holds its values in "
+                                    f"{' and '.join(fields)}; the spec allows one", node_label(node) if node else "",
+                                    scope, "runtimes read one of them and ignore the other; keep one",
+                                    op_label(node) if node else ""))
+
+    for scope, graph in model.graphs():
+        for tensor in graph.initializers.values():
+            visit(tensor.proto, scope)  # metadata only: an external tensor's bytes are not read
+        for node in graph.nodes():
+            for value in node._data["attrs"].values():
+                if isinstance(value, onnx.AttributeProto):
+                    for proto in _attr_tensors(value):
+                        visit(proto, scope, node)
+    return findings
 
 
 def format_findings(report: CheckReport) -> str:

@@ -30,7 +30,12 @@ from graphtool.ir.graph import Graph, Node, constant_node_value
 from graphtool.ir.model import Model
 from graphtool.ir.tensor import Tensor
 from graphtool.ir.to_onnx import node_to_proto
+from graphtool import sandbox
 from graphtool.runtime import session_options
+
+# Inputs of one folded node (or one ORT folding session) past this are not evaluated: ORT's own
+# constant folding stops at 1 GB per output; a 24 GB Concat of broadcast views must not be tried.
+MAX_EVAL_BYTES = 2 << 30
 
 NONDETERMINISTIC = frozenset(
     {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
@@ -228,10 +233,16 @@ def evaluate(graph: Graph, model: Model, nodes: list[Node], wanted: Iterable[str
                 ok = False
                 break
             args.append(a)
-        if not ok:  # an input that failed upstream, or a leaf that is not readable
+        if not ok or _logical_bytes(args) > MAX_EVAL_BYTES:
+            # an input that failed upstream or is not readable; or inputs so large (a broadcast
+            # view of a huge Expand) that computing from them could exhaust memory: not folded
             result.failed.add(node.id)
             continue
-        outs = numpy_kernel(node, args, opset)
+        try:
+            outs = numpy_kernel(node, args, opset)
+        except MemoryError:
+            result.failed.add(node.id)
+            continue
         if outs is None:
             ort_nodes.append(node)
             in_ort.update(v for v in node.outputs if v)
@@ -250,6 +261,11 @@ def evaluate(graph: Graph, model: Model, nodes: list[Node], wanted: Iterable[str
         if name in env:
             result.values[name] = env[name]
     return result
+
+
+def _logical_bytes(arrays: Iterable[np.ndarray | None]) -> int:
+    """Bytes the arrays would take materialized (a zero-stride broadcast view counts in full)."""
+    return sum(int(a.size) * a.dtype.itemsize for a in arrays if isinstance(a, np.ndarray))
 
 
 def _ancestors(wanted: list[str], produced: dict[str, Node]) -> set[int]:
@@ -274,6 +290,10 @@ def _evaluate_ort(nodes: list[Node], wanted: list[str], leaf: Callable[[str], np
         values = _run_session(nodes, wanted, leaf, opsets, ir_version)
         result.sessions += 1
         result.values.update(values)
+        return
+    except sandbox.LimitHit:  # out of memory or time: smaller pieces would hit it again, one by one
+        result.sessions += 1
+        result.failed.update(n.id for n in nodes)
         return
     except Exception:  # noqa: BLE001 - any ORT failure means: try smaller pieces
         result.sessions += 1
@@ -343,9 +363,13 @@ def _run_session(nodes: list[Node], wanted: list[str], leaf: Callable[[str], np.
     except Exception:  # noqa: BLE001 - an opset this onnx does not know: keep the model's
         needed = 4
     model.ir_version = max(ir_version, needed, 4)
-    sess = ort.InferenceSession(model.SerializeToString(), session_options("off"), providers=["CPUExecutionProvider"])
-    values = sess.run(wanted, feeds)
-    return {w: np.asarray(v) for w, v in zip(wanted, values)}
+    if _logical_bytes(feeds.values()) > MAX_EVAL_BYTES:
+        raise sandbox.LimitHit("inputs too large to fold")
+    # in the sandbox child: an intermediate that does not fit ends that child, not graphtool
+    if not sandbox.enabled():
+        sess = ort.InferenceSession(model.SerializeToString(), session_options("off"), providers=["CPUExecutionProvider"])
+        return {w: np.asarray(v) for w, v in zip(wanted, sess.run(wanted, feeds))}
+    return sandbox.call("evaluating constants", sandbox.run_model, model.SerializeToString(), wanted, feeds)
 
 
 # ---------------------------------------------------------------------------- exact numpy kernels

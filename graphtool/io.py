@@ -17,6 +17,7 @@ from typing import BinaryIO, Iterator
 from google.protobuf.message import DecodeError
 from onnx import ModelProto, TensorProto
 
+from graphtool import fileguard
 from graphtool.errors import BadModel, GraphtoolError
 from graphtool.ir.from_onnx import from_onnx, shell_of
 from graphtool.ir.model import Model
@@ -97,17 +98,13 @@ def _utf8_ok(data: bytes) -> bool:
 
 
 def load(path: str | os.PathLike[str]) -> Model:
-    """Read a model into the IR. External data stays on disk until a tensor is asked for."""
+    """Read a model into the IR. External data stays on disk until a tensor is asked for.
+
+    The file is ``stat``-ed before it is opened: FIFOs, devices, sockets and folders are refused
+    by kind (a FIFO would block forever, ``/dev/zero`` would read until the OOM killer came), and
+    no more than its stat size (at most 2 GB) is ever read."""
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise BadModel(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise BadModel(f"{path}: is a folder, not a model file")
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as err:
-        raise BadModel(f"{path}: cannot read: {err.strerror}") from None
+    data = fileguard.read_regular(path, PROTOBUF_LIMIT)
     proto = parse_model(data, path)
     del data
     return from_onnx(proto, os.path.dirname(os.path.abspath(path)))

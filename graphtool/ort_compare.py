@@ -151,12 +151,18 @@ def ort_optimized(model: Model, level: int) -> Model:
     """
     with tempfile.TemporaryDirectory(prefix="graphtool-ort-") as tmp:
         path = os.path.join(tmp, "ort_optimized.onnx")
-        source: Model | str = model
+        source: bytes | str
         if io.wants_external(model):
             # ORT's file points at the weights it read: keep them beside it while we read it back
             source = os.path.join(tmp, "model.onnx")
             io.save(model, source, external=True)
-        make_session(source, ORT_LEVELS[level], optimized_path=path)
+        else:
+            source = io.to_bytes(model)
+        # in the sandbox child: an optimizer that folds past the memory limit is one line, not a SIGKILL
+        from graphtool import sandbox
+
+        with sandbox.spilled(source) as arg:
+            sandbox.call(f"optimizing this model at level {level}", sandbox.ort_optimize, arg, ORT_LEVELS[level], path)
         optimized = io.load(path)
         if any(t.external is not None for _, g in optimized.graphs() for t in g.initializers.values()):
             # weights ORT wrote beside the file: read them in before the folder disappears

@@ -42,8 +42,10 @@ def session_options(level: str = "off", threads: int = 1, optimized_path: str | 
 def make_session(model: Model | str | bytes, level: str = "off", threads: int = 1,
                  optimized_path: str | None = None) -> ort.InferenceSession:
     """A CPU session for an IR model, a path, or serialized bytes. Load errors become BadModel."""
-    from graphtool import io
+    from graphtool import io, sandbox
 
+    if sandbox.sessions_enabled():  # in the reused child, under its memory and time limits
+        return sandbox.remote_session(model, level, threads, optimized_path)  # type: ignore[return-value]
     opts = session_options(level, threads, optimized_path)
     try:
         if isinstance(model, Model):

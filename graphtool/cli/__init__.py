@@ -17,11 +17,29 @@ from graphtool.errors import GraphtoolError
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show the traceback of internal errors.")
+@click.option("--allow-links", is_flag=True, help="Read external data files that have several hard links.")
+@click.option("--memory-limit", metavar="SIZE", help="Memory onnxruntime may use in its child process (e.g. 16G).")
+@click.option("--time-limit", metavar="SECONDS", type=float, help="Seconds one onnxruntime call may take.")
 @click.version_option(package_name="graphtool")
 @click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
+def cli(ctx: click.Context, debug: bool, allow_links: bool, memory_limit: str | None, time_limit: float | None) -> None:
     """See, optimize and prove ONNX graphs."""
     ctx.ensure_object(dict)["debug"] = debug
+    from graphtool import fileguard, sandbox
+
+    fileguard.ALLOW_LINKS = allow_links
+    sandbox.configure(memory_limit=memory_limit, time_limit=time_limit)
+    sandbox.SESSIONS = True  # every onnxruntime session of a command runs in the limited child
+    ctx.call_on_close(_end_of_command)  # in-process callers (tests) get the library defaults back
+    if ctx.invoked_subcommand in ("optimize", "compare", "convert", "tune"):
+        sandbox.prewarm()  # onnxruntime starts in the child while the model is read here
+
+
+def _end_of_command() -> None:
+    from graphtool import fileguard, sandbox
+
+    fileguard.ALLOW_LINKS = False
+    sandbox.SESSIONS = False
 
 
 def _register_commands() -> None:

@@ -20,6 +20,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from graphtool import fileguard
+
 
 DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data",
                "string_data", "external_data", "data_location")
@@ -135,7 +137,7 @@ class Tensor:
                 # straight from the file into the array: a 256 MB weight costs 256 MB, not the
                 # ~3x of bytes -> inline TensorProto -> numpy_helper
                 array = np.empty(self.dims, _PLAIN_DTYPES[self._proto.data_type])
-                with open(self.external.path, "rb") as f:
+                with fileguard.open_data(self.external.path, self.name) as f:
                     f.seek(self.external.offset)
                     view, done = memoryview(array.reshape(-1).view(np.uint8)), 0
                     while done < len(view):
@@ -171,7 +173,7 @@ class Tensor:
             return
         # Plain reads, not mmap: pages mapped while copying count in the process's RSS until
         # unmapped (a 256 MB weight added 256 MB to a save's peak); a read holds one chunk.
-        with open(ref.path, "rb") as f:
+        with fileguard.open_data(ref.path, self.name) as f:
             f.seek(ref.offset)
             left = ref.length
             while left:
@@ -235,6 +237,12 @@ def check_tensor(proto: TensorProto) -> None:
         raise BadModel(f"tensor '{name}' has a negative dim: {list(proto.dims)}")
     if proto.data_type == TensorProto.STRING and (is_external(proto) or proto.HasField("raw_data")):
         raise BadModel(f"tensor '{name}': a string tensor keeps its values in string_data, not raw or external data")
+    if proto.data_type == TensorProto.STRING:  # the spec says UTF-8; Python decodes it wherever values are read
+        for i, value in enumerate(proto.string_data):
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise BadModel(f"tensor '{name}': string value #{i} is not valid UTF-8") from None
     if is_external(proto) or proto.HasField("segment"):
         return
     size = 1
@@ -276,11 +284,9 @@ def resolve_external(proto: TensorProto, base_dir: str) -> ExternalRef:
     path = os.path.realpath(os.path.join(root, location))
     if os.path.commonpath([root, path]) != root:
         raise UnsafePath(f"tensor '{proto.name}': external data path '{location}' leaves the model's folder")
-    if not os.path.isfile(path):
-        raise BadModel(f"tensor '{proto.name}': external data file '{location}' does not exist")
+    size = fileguard.check_data_file(path, location, proto.name)  # regular, one link: before any byte is read
     try:
         offset = int(fields.get("offset", 0) or 0)
-        size = os.path.getsize(path)
         length = int(fields["length"]) if fields.get("length") else size - offset
     except ValueError:
         raise BadModel(f"tensor '{proto.name}': external data offset/length is not a number") from None

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import graphtool
+import graphtool.sandbox  # noqa: F401 - imported before any run moves TMPDIR (its child keeps this one)
 
 from tests.bad_inputs.make_bad_inputs import COMMANDS, MODEL, Case, build
 
@@ -39,6 +40,10 @@ TEMPLATES: dict[str, Callable[[str, Path], list[str]]] = {
     "convert": lambda m, out: ["convert", m, "--opset", "18", "-o", str(out / "out.onnx")],
 }
 NO_MODEL_COMMANDS = {"passes"}  # commands that take no model
+
+# onnxruntime's child gets 2 GB here, not the default min(8 GB, 70% of RAM): the fold bomb hits
+# the limit within seconds, and the suite does not take a shared machine's memory to prove it.
+MEMORY_LIMIT = "2G"
 
 
 def available_commands() -> list[str]:
@@ -146,6 +151,7 @@ class Run:
     stdout: str
     stderr: str
     outside: list[str]  # files opened outside the allowed roots
+    opened: list[str]  # every file Python opened during the run (real paths)
     left_in_output: list[str]  # files in the output folder after the run
     left_in_tmp: list[str]  # files the run left in its temp folder
     model_folder_changed: bool
@@ -210,8 +216,9 @@ def _listing(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
 
 
-def run_command(case: Case, command: str, root: Path, model: Path | None = None) -> Run:
-    """Run ``command`` on ``case`` (built under ``root`` if needed) with a fresh output folder."""
+def run_command(case: Case, command: str, root: Path, model: Path | None = None, flags: tuple[str, ...] = ()) -> Run:
+    """Run ``command`` on ``case`` (built under ``root`` if needed) with a fresh output folder;
+    ``flags`` are graphtool's global options (``--allow-links``), put before the command."""
     from graphtool.cli import main
 
     model = model or (root / case.name / MODEL)
@@ -224,17 +231,21 @@ def run_command(case: Case, command: str, root: Path, model: Path | None = None)
         d.mkdir(parents=True, exist_ok=True)
         for leftover in d.iterdir():
             leftover.unlink()
-    argv = argv_for(command, str(model), out)
+    argv = [*flags, *argv_for(command, str(model), out)]
     before = _listing(folder)
     code = 0
+    saved_limit = os.environ.get("GRAPHTOOL_MEMORY_LIMIT")
+    os.environ["GRAPHTOOL_MEMORY_LIMIT"] = saved_limit or MEMORY_LIMIT
     with _captured_fds() as (out_buf, err_buf), _tempdir(tmp), audited([folder, out, tmp]) as audit:
         try:
             main(list(argv))
         except SystemExit as exit_:
             code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
+    if saved_limit is None:
+        os.environ.pop("GRAPHTOOL_MEMORY_LIMIT", None)
     outside = list(audit.outside)
     return Run(case.name, command, argv, code, out_buf.getvalue().decode("utf-8", "replace"),
-               err_buf.getvalue().decode("utf-8", "replace"), outside, _listing(out), _listing(tmp),
+               err_buf.getvalue().decode("utf-8", "replace"), outside, list(audit.opened), _listing(out), _listing(tmp),
                _listing(folder) != before)
 
 
@@ -289,8 +300,9 @@ def _main(argv: list[str]) -> int:
         import graphtool.ir.from_onnx as from_onnx
 
         from_onnx.resolve_external = unguarded_resolve
+    flags = tuple(os.environ.get("BAD_INPUTS_FLAGS", "").split())  # e.g. --allow-links (the control run)
     for name in names:
-        run = run_command(BY_NAME[name], command, root)
+        run = run_command(BY_NAME[name], command, root, flags=flags)
         print(name, run.exit_code, flush=True)
     return 0
 

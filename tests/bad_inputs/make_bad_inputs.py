@@ -347,6 +347,92 @@ def _truncated() -> bytes:
     return data[: len(data) // 2]
 
 
+# ------------------------------------------------------------------ hostile files (issue 20)
+
+
+def _fifo(folder: Path) -> None:
+    os.mkfifo(folder / MODEL)  # open() would block until a writer comes: forever
+
+
+def _dev_zero(folder: Path) -> None:
+    os.symlink("/dev/zero", folder / MODEL)  # read() never ends: the OOM killer would
+
+
+def _folder_model(folder: Path) -> None:
+    (folder / MODEL).mkdir()
+
+
+def _hardlink(folder: Path) -> None:
+    os.link(folder.parent / SECRET, folder / "hard.bin")  # same bytes as ../secret.bin, one more name
+
+
+def _data_fifo(folder: Path) -> None:
+    os.mkfifo(folder / "pipe.bin")
+
+
+HARDLINK_NAME = "hard.bin"
+
+BOMB_COPIES = 24  # Expands of just under 1 GB each (ORT's per-node folding limit), 24 GB together
+
+
+def fold_bomb() -> onnx.ModelProto:
+    """``BOMB_COPIES`` Expands of a scalar to [16384, 16320] floats, concatenated: each Expand is
+    under the 1 GB that ORT's constant folding allows per node, so its optimizer folds them one by
+    one (and running the model allocates them) until memory runs out. The file is 1 KB."""
+    inits = [numpy_helper.from_array(np.array([1 << 14, (1 << 14) - 64], np.int64), "shape")]
+    nodes, outs = [], []
+    for i in range(BOMB_COPIES):  # distinct constants: common-subexpression elimination cannot merge them
+        inits.append(numpy_helper.from_array(np.full([1], i + 1, np.float32), f"c{i}"))
+        nodes.append(helper.make_node("Expand", [f"c{i}", "shape"], [f"big{i}"], name=f"expand{i}"))
+        outs.append(f"big{i}")
+    nodes += [helper.make_node("Concat", outs, ["cat"], axis=0, name="concat"),
+              helper.make_node("ReduceMax", ["cat"], ["m"], keepdims=0, name="max"),
+              helper.make_node("Add", ["x", "m"], ["y"], name="add")]
+    return _model(nodes, [_vi("x", shape=[1])], [_vi("y", shape=[1])], inits)
+
+
+def _bad_utf8_string() -> onnx.ModelProto:
+    m = _strings()
+    m.graph.initializer[0].string_data[1] = b"\xff\xfe(\xc3"
+    return m
+
+
+def _recursive(mutual: bool) -> Callable[[], onnx.ModelProto]:
+    def make() -> onnx.ModelProto:
+        imports = [helper.make_opsetid("", 17), helper.make_opsetid("custom", 1)]
+        fns = [helper.make_function("custom", "F", ["a"], ["b"],
+                                    [helper.make_node("G" if mutual else "F", ["a"], ["b"], domain="custom")], imports)]
+        if mutual:
+            fns.append(helper.make_function("custom", "G", ["a"], ["b"],
+                                            [helper.make_node("F", ["a"], ["b"], domain="custom")], imports))
+        m = _model([helper.make_node("F", ["x"], ["y"], domain="custom", name="call")], [_vi("x")], [_vi("y")],
+                   extra_opsets={"custom": 1})
+        m.functions.extend(fns)
+        return m
+
+    return make
+
+
+def _two_fields() -> TensorProto:
+    t = _weights()
+    t.float_data.extend([9.0] * 6)  # raw_data says 0..5, float_data says 9s: which one runs?
+    return t
+
+
+def fanout_model_bytes(n: int) -> bytes:
+    """x read by ``n`` Relu nodes (identical: CSE merges them), summed by a chain of Adds."""
+    head = helper.make_graph([], "fanout", [_vi("x")], [_vi(f"v{n}")])
+    parts = [head.SerializeToString()]
+    relu, add = _field(4, b"Relu"), _field(4, b"Add")
+    for i in range(n):
+        prev = b"x" if i == 0 else b"v%d" % i
+        parts.append(_field(1, _field(1, b"x") + _field(2, b"u%d" % i) + relu))
+        parts.append(_field(1, _field(1, prev) + _field(1, b"u%d" % i) + _field(2, b"v%d" % (i + 1)) + add))
+    shell = _model([], [], [])
+    shell.ClearField("graph")
+    return shell.SerializeToString() + _field(7, b"".join(parts))
+
+
 # ------------------------------------------------------------------------------ the table
 
 BAD_NO_MODEL = "not an onnx model"
@@ -467,6 +553,32 @@ CASES: list[Case] = [
     Case("million_nodes", "a 1,000,000-node Relu chain", lambda f: _write(f, chain_model_bytes(1_000_000)),
          default=0, slow=True,
          only=("inspect",), why="valid; only inspect runs it (loading alone takes ~20 s)"),
+    # --- hostile files (issue 20): never hang, never get killed, never trust a link
+    Case("fifo_model", "model.onnx is a FIFO (open() would block forever)", _fifo, message="named pipe"),
+    Case("dev_zero_link", "model.onnx is a symlink to /dev/zero (read() never ends)", _dev_zero,
+         message="character device"),
+    Case("folder_model", "model.onnx is a folder", _folder_model, message="directory"),
+    Case("ext_hardlink", "external data is a hard link (st_nlink 2) to ../secret.bin",
+         _external(HARDLINK_NAME, data=None, setup=_hardlink), message="hard link"),
+    Case("ext_fifo", "external data file is a FIFO", _external("pipe.bin", data=None, setup=_data_fifo),
+         message="named pipe"),
+    Case("ort_fold_bomb", "24 Expands of ~1 GB each that ORT's optimizer folds (and running allocates)",
+         _proto_case(fold_bomb), expect={"inspect": 0, "check": 0, "diff": 0, "viz": 0},
+         message="out of memory",
+         why="valid and 1 KB on disk; graphtool's folding refuses it, but onnxruntime (compare's optimized "
+             "graphs, verification) runs out of memory in its child: one line, exit 2, never a SIGKILL"),
+    Case("string_not_utf8", "a string initializer holding bytes that are not UTF-8", _proto_case(_bad_utf8_string),
+         message="utf-8"),
+    Case("recursive_function", "a model-local function that calls itself", _proto_case(_recursive(False)),
+         expect=NEEDS_ORT, why="readable; check reports the recursion; onnxruntime refuses to load it"),
+    Case("mutual_recursion", "two model-local functions that call each other", _proto_case(_recursive(True)),
+         expect=NEEDS_ORT, why="as recursive_function"),
+    Case("two_data_fields", "an initializer with both raw_data and float_data", _with_init(_two_fields()),
+         default=0, expect={"check": 1},
+         why="readable and runnable (both read raw_data); check reports the contradiction"),
+    Case("fanout_100k", "one value read by 100,000 nodes", lambda f: _write(f, fanout_model_bytes(100_000)),
+         default=0, slow=True, only=("inspect", "optimize", "compare"),
+         why="valid; a scale case: optimize and compare are timed by bench/fanout.py"),
     # --- names that are markup
     Case("name_quotes", "names with \" and '", _named("a\"b'c"), default=0),
     Case("name_newline", "names with newlines", _named("line1\nline2\r\n"), default=0),

@@ -1,0 +1,447 @@
+"""Run onnxruntime in a reused child process with memory and time limits.
+
+onnxruntime is C++: when its optimizer folds a constant that does not fit in memory, the kernel's
+OOM killer ends the whole process (SIGKILL, no message); a crash in a kernel takes Python with it.
+So the calls that let ORT loose on a stranger's model (building its optimized graphs for
+``compare``, running verification sessions, constant evaluation) run here instead: in one child
+process, started on first use and reused for the rest of the command (starting onnxruntime costs
+~0.3 s; a call costs a pipe round trip), under ``RLIMIT_AS``. A limit hit, a crash or a timeout
+becomes one ``GraphtoolError`` line naming what was being done and the flag that helps, e.g.
+
+    onnxruntime ran out of memory optimizing this model at level 1 (limit 8 GB); --memory-limit raises it
+
+Protocol: length-prefixed pickles over the child's stdin/stdout; the child moves its own fd 1 to
+stderr first, so nothing ORT prints can corrupt a reply. ``call(what, fn, *args)`` runs
+``fn(*args)`` (a module-level function) in the child and returns its result or re-raises its
+exception. ``GRAPHTOOL_SANDBOX=0`` runs everything in-process (the isolation-cost benchmark's peer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Iterator
+
+from graphtool.errors import GraphtoolError, UsageError
+
+_HEADER = struct.Struct("<Q")
+# onnxruntime writes a session-id file (.ses) into $TMPDIR when it starts: every child gets the
+# TMPDIR graphtool started with, not whatever a caller pointed it at later
+_START_TMPDIR = os.environ.get("TMPDIR")
+DEFAULT_TIME_LIMIT = 600.0
+_MEMORY_PATTERN = re.compile(r"bad_alloc|bad allocation|Failed to allocate|out of memory|MemoryError", re.I)
+
+
+def enabled() -> bool:
+    return os.environ.get("GRAPHTOOL_SANDBOX", "1") != "0"
+
+
+def physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 16 << 30
+
+
+def default_memory_limit() -> int:
+    """min(8 GB, 70% of RAM): enough for every real model we measured, and low enough that the
+    child hits its own limit long before the machine's OOM killer picks a victim."""
+    return min(8 << 30, int(physical_memory() * 0.7))
+
+
+def parse_size(text: str) -> int:
+    """'8G', '512M', '1.5GB', '1000000' → bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)[iI]?[bB]?\s*", text or "")
+    if not match:
+        raise UsageError(f"--memory-limit {text!r}: expected a size such as 8G or 512M")
+    number, unit = float(match.group(1)), match.group(2).upper()
+    size = int(number * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[unit])
+    if size < 256 << 20:
+        raise UsageError(f"--memory-limit {text}: onnxruntime needs at least 256M to start")
+    return size
+
+
+def format_size(size: int) -> str:
+    for unit, scale in (("TB", 1 << 40), ("GB", 1 << 30), ("MB", 1 << 20)):
+        if size >= scale:
+            value = size / scale
+            return f"{value:.0f} {unit}" if value == int(value) or value >= 10 else f"{value:.1f} {unit}"
+    return f"{size} bytes"
+
+
+class _Config:
+    memory: int = 0
+    time: float = DEFAULT_TIME_LIMIT
+
+
+CONFIG = _Config()
+
+
+def configure(memory_limit: str | int | None = None, time_limit: float | None = None) -> None:
+    """Set the child's limits (CLI flags; ``GRAPHTOOL_MEMORY_LIMIT`` / ``GRAPHTOOL_TIME_LIMIT``
+    when a flag is not given). A running child with another memory limit is replaced."""
+    if memory_limit is None:
+        memory_limit = os.environ.get("GRAPHTOOL_MEMORY_LIMIT") or default_memory_limit()
+    memory = memory_limit if isinstance(memory_limit, int) else parse_size(memory_limit)
+    if time_limit is None:
+        time_limit = float(os.environ.get("GRAPHTOOL_TIME_LIMIT") or DEFAULT_TIME_LIMIT)
+    if time_limit <= 0:
+        raise UsageError(f"--time-limit {time_limit}: must be positive")
+    if memory != CONFIG.memory and _WORKER.proc is not None:
+        _WORKER.stop()
+    CONFIG.memory, CONFIG.time = memory, time_limit
+
+
+class LimitHit(GraphtoolError):
+    """onnxruntime hit the memory or time limit (or crashed) in the child; the message says which."""
+
+
+class _Died(Exception):
+    pass
+
+
+class _Worker:
+    """The child process and its pipes; ``call`` restarts it after a crash, a limit or a timeout."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.log = None
+        self.generation = 0  # bumped at every start: sessions of an older child are gone
+        self.closing: list[int] = []  # session ids to drop in the child with the next request
+
+    def start(self) -> None:
+        self.generation += 1
+        self.closing = []
+        self.log = tempfile.TemporaryFile()
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        env.pop("TMPDIR", None)
+        if _START_TMPDIR is not None:
+            env["TMPDIR"] = _START_TMPDIR
+        self.proc = subprocess.Popen([sys.executable, "-m", "graphtool.sandbox", str(CONFIG.memory)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                     env=env, close_fds=True)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            for stream in (self.proc.stdin, self.proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        if self.log is not None:
+            self.log.close()
+        self.proc, self.log = None, None
+
+    def call(self, what: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        if self.proc is None or self.proc.poll() is not None:
+            self.stop()
+            self.start()
+        assert self.proc is not None
+        closing, self.closing = self.closing, []
+        request = pickle.dumps((closing, fn.__module__, fn.__qualname__, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            self.proc.stdin.write(_HEADER.pack(len(request)))
+            self.proc.stdin.write(request)
+            self.proc.stdin.flush()
+            status, payload = self._reply(what)
+        except (BrokenPipeError, _Died):
+            raise self._death(what) from None
+        except BaseException:  # timeout, Ctrl-C: the child may be mid-call; never reuse it
+            self.stop()
+            raise
+        if status == "ok":
+            return payload
+        if status == "memory":
+            self.stop()  # a child that hit its limit may be left half-allocated: start afresh next time
+            raise LimitHit(f"onnxruntime ran out of memory {what} (limit {format_size(CONFIG.memory)}); "
+                                 "--memory-limit raises it")
+        if status == "raise":
+            raise payload
+        raise RuntimeError(payload)  # an exception that would not pickle: its type and message
+
+    def _reply(self, what: str) -> tuple[str, Any]:
+        assert self.proc is not None
+        stream = self.proc.stdout
+        deadline = time.monotonic() + CONFIG.time
+        header = self._read(stream, _HEADER.size, deadline, what)
+        (size,) = _HEADER.unpack(header)
+        return pickle.loads(self._read(stream, size, deadline, what))
+
+    def _read(self, stream: Any, size: int, deadline: float, what: str) -> bytes:
+        fd, chunks, left = stream.fileno(), [], size
+        while left:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                self.stop()
+                raise LimitHit(f"onnxruntime took longer than {CONFIG.time:.0f} s {what}; --time-limit raises it")
+            data = os.read(fd, min(left, 1 << 20))
+            if not data:
+                raise _Died()
+            chunks.append(data)
+            left -= len(data)
+        return b"".join(chunks)
+
+    def _death(self, what: str) -> LimitHit:
+        assert self.proc is not None
+        code = self.proc.wait()
+        tail = ""
+        if self.log is not None:
+            self.log.seek(0)
+            lines = [ln for ln in self.log.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+            tail = lines[-1][:200] if lines else ""
+        self.stop()
+        if code == -signal.SIGKILL or _MEMORY_PATTERN.search(tail):
+            return LimitHit(f"onnxruntime ran out of memory {what} (killed; limit "
+                                  f"{format_size(CONFIG.memory)}); --memory-limit raises it")
+        reason = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        return LimitHit(f"onnxruntime crashed {what} ({reason}{': ' + tail if tail else ''})")
+
+
+_WORKER = _Worker()
+
+
+def call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` in the sandbox child (or in-process when disabled).
+
+    ``what`` completes the sentence "onnxruntime ran out of memory ___", e.g.
+    "optimizing this model at level 1". ``fn`` must be a module-level function; its arguments
+    and result travel as pickles, so pass paths rather than huge models where possible.
+    """
+    if not enabled():
+        return fn(*args, **kwargs)
+    if not CONFIG.memory:
+        configure()
+    return _WORKER.call(what, fn, args, kwargs)
+
+
+def prewarm() -> None:
+    """Start the child now, so that onnxruntime loads in it while graphtool reads the model."""
+    if enabled():
+        if not CONFIG.memory:
+            configure()
+        if _WORKER.proc is None or _WORKER.proc.poll() is not None:
+            _WORKER.stop()
+            _WORKER.start()
+
+
+def shutdown() -> None:
+    """Stop the child (tests; the child also exits on its own when graphtool's stdin pipe closes)."""
+    _WORKER.stop()
+
+
+# ------------------------------------------------------------------------------- jobs for the child
+
+
+SPILL_BYTES = 1 << 20  # model bytes past this go to the child as a temp file, not through the pipe
+
+
+@contextlib.contextmanager
+def spilled(source: str | bytes) -> Iterator[str | bytes]:
+    """``source`` as the child should get it: big model bytes written to a temp file (a 50 MB
+    model costs ~20 ms on disk, ~0.4 s pickled through a pipe on a busy machine)."""
+    if not isinstance(source, bytes) or len(source) < SPILL_BYTES:
+        yield source
+        return
+    with tempfile.TemporaryDirectory(prefix="graphtool-ort-") as tmp:
+        path = os.path.join(tmp, "model.onnx")
+        with open(path, "wb") as f:
+            f.write(source)
+        yield path
+
+
+def _ort_session(source: str | bytes, level: str = "off", threads: int = 1, optimized_path: str | None = None) -> Any:
+    """(child) ``runtime.make_session`` for a path or bytes, with the same options and the same
+    one-line load errors, written against onnxruntime alone: importing graphtool.runtime (and
+    with it the IR, networkx and onnx) would make the child start in 0.8 s instead of 0.3 s."""
+    import onnxruntime as ort
+
+    from graphtool.errors import BadModel
+
+    levels = {"off": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+              "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = levels[level]
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 4
+    if optimized_path:
+        opts.optimized_model_filepath = optimized_path
+    state = ort.capi.onnxruntime_pybind11_state
+    try:
+        return ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
+    except (state.Fail, state.InvalidGraph, state.InvalidArgument, state.NotImplemented, state.RuntimeException,
+            state.InvalidProtobuf, state.NoSuchFile) as err:
+        if _is_memory_error(err):
+            raise
+        text = str(err).strip()
+        raise BadModel(f"onnxruntime cannot load the model: {text.splitlines()[0][:300] if text else type(err).__name__}") from None
+
+
+def ort_optimize(source: str | bytes, level: str, out_path: str) -> None:
+    """Build an ORT session at ``level`` for ``source`` (a path or model bytes) and have ORT
+    write the graph its optimizer produced to ``out_path`` (compare's optimized graphs)."""
+    _ort_session(source, level, optimized_path=out_path)
+
+
+def run_model(model: bytes, wanted: list[str], feeds: dict[str, Any]) -> dict[str, Any]:
+    """(child) One session with optimizations off, run once: constant evaluation's job."""
+    import numpy as np
+
+    sess = _ort_session(model)
+    return {w: np.asarray(v) for w, v in zip(wanted, sess.run(wanted, feeds))}
+
+
+_SESSIONS: dict[int, Any] = {}  # in the child: open sessions by id
+
+
+def _arg(node_arg: Any) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=node_arg.name, type=node_arg.type, shape=list(node_arg.shape))
+
+
+def session_open(source: str | bytes, level: str, threads: int, optimized_path: str | None) -> tuple:
+    """(child) Create a session; return its id and the signature the parent's proxy answers with."""
+    sess = _ort_session(source, level, threads, optimized_path)
+    sid = id(sess)
+    _SESSIONS[sid] = sess
+    return (sid, [_arg(a) for a in sess.get_inputs()], [_arg(a) for a in sess.get_outputs()],
+            [_arg(a) for a in sess.get_overridable_initializers()])
+
+
+def session_run(sid: int, names: list[str] | None, feeds: dict[str, Any]) -> list[Any]:
+    """(child) Run an open session."""
+    sess = _SESSIONS.get(sid)
+    if sess is None:
+        raise GraphtoolError("the onnxruntime session was lost (its child process was restarted)")
+    return sess.run(names, feeds)
+
+
+def session_close(sids: list[int]) -> None:
+    for sid in sids:
+        _SESSIONS.pop(sid, None)
+
+
+class RemoteSession:
+    """What ``runtime.make_session`` returns when sessions are sandboxed: the parts of
+    ``InferenceSession`` graphtool uses (inputs, outputs, overridable initializers, run), with
+    the session itself living in the child."""
+
+    def __init__(self, source: str | bytes, level: str, threads: int, optimized_path: str | None) -> None:
+        self._sid = None
+        self._generation = _WORKER.generation
+        with spilled(source) as arg:
+            sid, self._inputs, self._outputs, self._overridable = call(
+                "loading this model", session_open, arg, level, threads, optimized_path)
+        self._generation, self._sid = _WORKER.generation, sid
+
+    def get_inputs(self) -> list[Any]:
+        return self._inputs
+
+    def get_outputs(self) -> list[Any]:
+        return self._outputs
+
+    def get_overridable_initializers(self) -> list[Any]:
+        return self._overridable
+
+    def run(self, output_names: list[str] | None, input_feed: dict[str, Any], run_options: Any = None) -> list[Any]:
+        if self._generation != _WORKER.generation:
+            raise LimitHit("the onnxruntime session was lost: its child process was restarted after a failure")
+        return call("running this model", session_run, self._sid, output_names, input_feed)
+
+    def __del__(self) -> None:
+        if self._sid is not None and self._generation == _WORKER.generation:
+            _WORKER.closing.append(self._sid)  # closed with the next request: no I/O inside a finalizer
+
+
+SESSIONS = False  # sandbox every session make_session creates (the CLI turns it on)
+
+
+def remote_session(model: Any, level: str, threads: int, optimized_path: str | None) -> RemoteSession:
+    """A sandboxed session for an IR model, a path or model bytes (``runtime.make_session``'s hook)."""
+    from graphtool import io
+    from graphtool.ir.model import Model
+
+    if isinstance(model, Model):
+        if io.wants_external(model):
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, "model.onnx")
+                io.save(model, path, external=True)
+                return RemoteSession(path, level, threads, optimized_path)
+        model = io.to_bytes(model)
+    return RemoteSession(os.fspath(model) if not isinstance(model, bytes) else model, level, threads, optimized_path)
+
+
+def sessions_enabled() -> bool:
+    return SESSIONS and enabled()
+
+
+# ------------------------------------------------------------------------------------- child
+
+
+def _is_memory_error(err: BaseException) -> bool:
+    return isinstance(err, MemoryError) or bool(_MEMORY_PATTERN.search(str(err)[:2000]))
+
+
+def _serve(memory: int) -> None:
+    import importlib
+    import resource
+
+    if memory:  # RLIMIT_DATA (heap and anonymous mappings), not RLIMIT_AS: address space that
+        # allocators only reserve (glibc's 64 MB per-thread arenas, ORT's arena) would count there
+        limit = getattr(resource, "RLIMIT_DATA", resource.RLIMIT_AS)
+        resource.setrlimit(limit, (memory, memory))
+    requests = os.fdopen(os.dup(0), "rb", buffering=0)
+    replies = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)  # whatever C++ code prints goes to the log, never into a reply
+    sys.stdout = sys.stderr
+    import numpy  # noqa: F401
+    import onnxruntime  # noqa: F401 - loads while the parent still reads the model
+    while True:
+        header = requests.read(_HEADER.size)
+        if len(header) < _HEADER.size:
+            return  # graphtool closed the pipe
+        (size,) = _HEADER.unpack(header)
+        data = bytearray()
+        while len(data) < size:
+            chunk = requests.read(size - len(data))
+            if not chunk:
+                return
+            data += chunk
+        try:
+            closing, module, name, args, kwargs = pickle.loads(bytes(data))
+            session_close(closing)
+            fn = importlib.import_module(module)
+            for part in name.split("."):
+                fn = getattr(fn, part)
+            reply = ("ok", fn(*args, **kwargs))
+        except BaseException as err:  # noqa: BLE001 - every failure goes back to the parent
+            if _is_memory_error(err):
+                reply = ("memory", str(err)[:300])
+            else:
+                reply = ("raise", err)
+        del data
+        try:
+            out = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+        except MemoryError:
+            out = pickle.dumps(("memory", "result too large"))
+        except Exception:  # noqa: BLE001 - an exception or result that does not pickle
+            err = reply[1]
+            out = pickle.dumps(("text", f"{type(err).__name__}: {err}"))
+        replies.write(_HEADER.pack(len(out)) + out)
+
+
+if __name__ == "__main__":
+    _serve(int(sys.argv[1]) if len(sys.argv) > 1 else 0)

@@ -1,0 +1,97 @@
+"""The onnxruntime child: one reused process; out-of-memory, crash and timeout become one
+GraphtoolError line each (and the next call gets a fresh child); other exceptions pass through."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from graphtool import sandbox
+from graphtool.errors import BadModel
+from tests.bad_inputs.make_bad_inputs import fold_bomb
+
+
+def _pid() -> int:
+    return os.getpid()
+
+
+def _abort() -> None:
+    os.abort()
+
+
+def _sleep(seconds: float) -> str:
+    time.sleep(seconds)
+    return "woke"
+
+
+@pytest.fixture(autouse=True)
+def limits(monkeypatch):
+    monkeypatch.setenv("GRAPHTOOL_SANDBOX", "1")
+    sandbox.configure(memory_limit="1G", time_limit=60)
+    yield
+    sandbox.configure()
+
+
+def test_child_is_reused_and_is_not_us():
+    first = sandbox.call("testing", _pid)
+    assert first != os.getpid()
+    assert sandbox.call("testing", _pid) == first
+
+
+def test_ort_fold_bomb_is_one_line_not_a_kill(tmp_path):
+    """ORT's level-1 optimizer folds 24 Expands of ~1 GB: the child hits its 2 GB limit. (Under
+    1 GB the first fold already fails and ORT skips folding by itself.)"""
+    sandbox.configure(memory_limit="2G", time_limit=60)
+    with pytest.raises(sandbox.LimitHit) as err:
+        sandbox.call("optimizing this model at level 1", sandbox.ort_optimize, fold_bomb().SerializeToString(),
+                     "basic", str(tmp_path / "out.onnx"))
+    assert str(err.value) == ("onnxruntime ran out of memory optimizing this model at level 1 (limit 2 GB); "
+                              "--memory-limit raises it")
+    assert sandbox.call("testing", _pid) != os.getpid()  # a fresh child answers the next call
+
+
+def test_crash_names_the_signal_and_the_next_call_works():
+    before = sandbox.call("testing", _pid)
+    with pytest.raises(sandbox.LimitHit, match=r"onnxruntime crashed testing \(signal SIGABRT"):
+        sandbox.call("testing", _abort)
+    assert sandbox.call("testing", _pid) != before
+
+
+def test_time_limit():
+    sandbox.configure(memory_limit="1G", time_limit=1)
+    with pytest.raises(sandbox.LimitHit, match=r"took longer than 1 s testing; --time-limit raises it"):
+        sandbox.call("testing", _sleep, 30)
+    sandbox.configure(memory_limit="1G", time_limit=60)
+    assert sandbox.call("testing", _sleep, 0) == "woke"
+
+
+def test_errors_of_the_model_pass_through_as_themselves():
+    from tests.bad_inputs.make_bad_inputs import _recursive
+
+    with pytest.raises(BadModel, match="onnxruntime cannot load the model"):
+        sandbox.remote_session(_recursive(False)().SerializeToString(), "off", 1, None)
+
+
+def test_remote_session_runs_like_a_local_one():
+    import numpy as np
+
+    from graphtool.runtime import make_session
+    from tests.conftest import light_model
+
+    local = make_session(light_model("squeezenet"))
+    remote = sandbox.remote_session(light_model("squeezenet"), "off", 1, None)
+    assert [i.name for i in remote.get_inputs()] == [i.name for i in local.get_inputs()]
+    assert [o.shape for o in remote.get_outputs()] == [o.shape for o in local.get_outputs()]
+    x = np.random.default_rng(0).standard_normal(local.get_inputs()[0].shape).astype(np.float32)
+    feeds = {local.get_inputs()[0].name: x}
+    np.testing.assert_array_equal(remote.run(None, feeds)[0], local.run(None, feeds)[0])
+
+
+def test_sizes():
+    assert sandbox.parse_size("8G") == 8 << 30 and sandbox.parse_size("512m") == 512 << 20
+    assert sandbox.format_size(8 << 30) == "8 GB"
+    with pytest.raises(Exception, match="expected a size"):
+        sandbox.parse_size("lots")
+    assert sandbox.default_memory_limit() <= 8 << 30
