@@ -12,7 +12,9 @@ Refusals (each leaves the graph alone):
    Conv's weight or bias slot rather than its input;
 3. the Conv's weights are not a constant float tensor, or are read by another op too (the scaled
    copy would double the weights) — unless the other readers see the same scaled input;
-4. the scaled weights are not finite (a zero divisor, overflow).
+4. the scaled weights are not finite (a zero divisor, overflow);
+5. the factor closes a GELU (``x * (1 + erf(x/√2)) * 0.5``, or the tanh form): folding the 0.5
+   away would hide the GELU from every later fusion (graphtool's level 2 and onnxruntime's own).
 """
 
 from __future__ import annotations
@@ -22,6 +24,18 @@ import numpy as np
 from graphtool.ir.graph import Graph, Node
 from graphtool.pass_manager import Pass, PassContext, PassResult, register
 from graphtool.passes._fuse_common import is_op
+
+
+def _closes_gelu(graph: Graph, x: str) -> bool:
+    """``x`` is ``Mul(·, Add(Erf|Tanh(·), ·))``: the scale after it is GELU's 0.5."""
+    mul = graph.producer(x)
+    if not is_op(mul, "Mul"):
+        return False
+    for v in mul.inputs:
+        add = graph.producer(v)
+        if is_op(add, "Add") and any(is_op(graph.producer(u), "Erf", "Tanh") for u in add.inputs):
+            return True
+    return False
 
 
 def _scalar_factor(graph: Graph, op: Node) -> tuple[str, float] | None:
@@ -40,7 +54,7 @@ def _scalar_factor(graph: Graph, op: Node) -> tuple[str, float] | None:
     return None
 
 
-@register(level=1, priority=53)
+@register(level=1, priority=64)
 class FoldConvInputScale(Pass):
     """Fold a constant scalar Mul/Div on a Conv's input into the Conv's weights."""
 
@@ -62,6 +76,8 @@ class FoldConvInputScale(Pass):
             if len(graph.consumers(conv.inputs[1])) != 1 or graph.is_output(conv.inputs[1]):
                 continue
             x, factor = found
+            if _closes_gelu(graph, x):
+                continue
             scaled = (weights.astype(np.float64) * factor).astype(weights.dtype)
             if not np.all(np.isfinite(scaled)):
                 continue

@@ -36,3 +36,15 @@ def test_refusals_keep_the_graph():
               _scaled_conv("Div", 0.0)):                      # a zero divisor
         out, report = run(m)
         assert "Conv" in ops(out) and report.passes[PASS].changed_runs == 0
+
+
+def test_gelu_half_is_not_folded_away():
+    # PP-OCRv6: Conv(x * (1 + erf(x / √2)) * 0.5): the 0.5 belongs to a GELU later passes fuse
+    nodes = [helper.make_node("Div", ["x", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["x", "a"], ["m"]),
+             helper.make_node("Mul", ["m", "half"], ["g"]), helper.make_node("Conv", ["g", "w"], ["y"])]
+    m = model(nodes, [vi("x", [1, 3, 5, 5])], [vi("y", [1, 4, 3, 3])],
+              [const("sqrt2", np.array(2 ** 0.5, np.float32)), const("one", np.array(1.0, np.float32)),
+               const("half", np.array(0.5, np.float32)), const("w", W)])
+    out, report = run(m)
+    assert ops(out).count("Mul") == 2 and report.passes[PASS].changed_runs == 0
