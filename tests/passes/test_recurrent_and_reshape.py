@@ -63,3 +63,18 @@ def test_two_run_time_entries_are_not_guessed():
                const("ax", np.array([0], np.int64)), const("k", np.array([2, 2], np.int64))])
     out, report = run(m)
     assert report.passes["reshape-infer-dim"].changed_runs == 0 and "Concat" in ops(out)
+
+
+def test_tf2onnx_int32_target_with_a_sliced_shape_entry():
+    # magika (keras → tf2onnx): Reshape(x, Cast(Concat(Slice(Cast(Shape(x), int32), [0], [1]), [512], [256])))
+    nodes = [helper.make_node("Shape", ["x"], ["s64"]), helper.make_node("Cast", ["s64"], ["s"], to=TensorProto.INT32),
+             helper.make_node("Slice", ["s", "z", "o", "z"], ["batch"]),
+             helper.make_node("Concat", ["batch", "k1", "k2"], ["t32"], axis=0),
+             helper.make_node("Cast", ["t32"], ["t"], to=TensorProto.INT64),
+             helper.make_node("Reshape", ["x", "t"], ["y"])]
+    m = model(nodes, [vi("x", ["n", 8, 4])], [vi("y", ["n", 16, 2])],
+              [const("z", np.array([0], np.int32)), const("o", np.array([1], np.int32)),
+               const("k1", np.array([16], np.int32)), const("k2", np.array([2], np.int32))])
+    out, report = run(m)
+    assert ops(out) == ["Reshape"] and report.passes["reshape-infer-dim"].stats == {"rewritten": 1}
+    assert out.graph.const(out.graph.producer("y").inputs[1]).tolist() == [-1, 16, 2]
