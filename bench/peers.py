@@ -15,7 +15,8 @@ import subprocess
 import sys
 import time
 
-TOOLS = ("graphtool", "ort-basic", "ort-extended", "onnxsim", "onnxslim", "onnxoptimizer")
+TOOLS = ("graphtool", "ort-basic", "ort-extended", "onnxsim", "onnxslim", "onnxoptimizer", "onnxscript",
+         "onnxscript-ort")
 
 
 def _count(path: str) -> int:
@@ -99,6 +100,19 @@ def _run(tool: str, src: str, out: str, level: int, target: str) -> None:
         start, cpu_start = time.perf_counter(), time.process_time()
         onnx.save(onnxoptimizer.optimize(onnx.load(src)), out, save_as_external_data=external,
                   location=os.path.basename(out) + ".data")
+    elif tool in ("onnxscript", "onnxscript-ort"):
+        import onnx
+        import onnx_ir as ir
+        from onnxscript import optimizer
+
+        start, cpu_start = time.perf_counter(), time.process_time()
+        if tool == "onnxscript":
+            onnx.save(optimizer.optimize(onnx.load(src)), out)
+        else:
+            from onnxscript.rewriter.ort_fusions import optimize_for_ort
+
+            fused, _ = optimize_for_ort(ir.from_proto(optimizer.optimize(onnx.load(src))))
+            onnx.save(ir.to_proto(fused), out)
     else:
         raise SystemExit(f"unknown tool {tool}")
     seconds = time.perf_counter() - start

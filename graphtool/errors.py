@@ -23,6 +23,11 @@ class UnsafePath(GraphtoolError):
     """A model asked for a file outside its own folder (absolute path, '..', symlink out)."""
 
 
+class ModelDoesNotRun(GraphtoolError):
+    """The original model fails in onnxruntime on every input set tried: its own failure, not a
+    rewrite's; the message quotes onnxruntime and names the flags that supply real inputs."""
+
+
 class VerificationFailed(GraphtoolError):
     """A rewritten model's outputs differ from the original's beyond tolerance."""
 

@@ -54,3 +54,13 @@ def is_function_op(op_type: str, domain: str, opset: int) -> bool:
     except onnx.defs.SchemaError:
         return False
     return bool(schema.has_function or schema.has_context_dependent_function)
+
+
+def ort_registers(op_type: str, domain: str, version: int) -> bool:
+    """True when ORT's CPU provider has a kernel for ``version`` of the op *by ORT's own schema*.
+
+    ORT defines some ops before ONNX did (LayerNormalization from version 1 in the default domain,
+    where ONNX has it from 17); ``has_cpu_kernel`` asks ONNX's schemas and says no there."""
+    domain = "" if domain == "ai.onnx" else domain
+    return any(lo <= version and (hi == OPEN_ENDED or version <= hi)
+               for lo, hi in _cpu_kernels().get((domain, op_type), []))

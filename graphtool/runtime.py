@@ -67,7 +67,7 @@ def _first_line(err: Exception) -> str:
     return text.splitlines()[0][:300] if text else type(err).__name__
 
 
-_ORT_TYPES = {
+ORT_TYPES = {
     "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
     "tensor(int8)": np.int8, "tensor(int16)": np.int16, "tensor(int32)": np.int32, "tensor(int64)": np.int64,
     "tensor(uint8)": np.uint8, "tensor(uint16)": np.uint16, "tensor(uint32)": np.uint32,
@@ -86,7 +86,7 @@ def random_inputs(sess: ort.InferenceSession, seed: int = 0, shapes: dict[str, l
     shapes = shapes or {}
     feeds: dict[str, np.ndarray] = {}
     for arg in sess.get_inputs():
-        dtype = _ORT_TYPES.get(arg.type)
+        dtype = ORT_TYPES.get(arg.type)
         if dtype is None:
             raise BadModel(f"input '{arg.name}' has type {arg.type}, which random inputs cannot fill")
         shape = shapes.get(arg.name) or [d if isinstance(d, int) and d >= 0 else dim_default for d in arg.shape]
@@ -110,4 +110,4 @@ def run(sess: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> list[Any]:
 
 
 def ort_dtype_to_onnx(type_str: str) -> int:
-    return helper.np_dtype_to_tensor_dtype(np.dtype(_ORT_TYPES.get(type_str, np.float32))) if type_str in _ORT_TYPES else TensorProto.UNDEFINED
+    return helper.np_dtype_to_tensor_dtype(np.dtype(ORT_TYPES.get(type_str, np.float32))) if type_str in ORT_TYPES else TensorProto.UNDEFINED

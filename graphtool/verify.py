@@ -1,7 +1,9 @@
 """Proof that a rewrite kept the model's outputs: run both in onnxruntime and compare.
 
-Both models run with ORT's own optimizations off, on the same seeded random inputs of the
-declared dtypes, so a difference can only come from the rewrite.
+Both models run with ORT's own optimizations off, on the same input sets (found by
+graphtool.discover, or given by the user), so a difference can only come from the rewrite. The
+report says how the inputs were found, how many sets ran, which If branches they reached, and
+which rewritten branches no input reached (unverified).
 """
 
 from __future__ import annotations
@@ -10,9 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import onnx
 
+from graphtool import io
+from graphtool.coverage import Coverage, Site, instrument, record, strip_markers, unverified_rewrites
+from graphtool.discover import Discovery, InputSet, InputSpec, ort_reason, discover, make_feeds, shape_plan
+from graphtool.errors import ModelDoesNotRun
 from graphtool.ir.model import Model
-from graphtool.runtime import make_session, random_inputs
+from graphtool.ir.to_onnx import to_onnx
+from graphtool.runtime import ORT_TYPES, make_session
 
 RTOL = 1e-3
 ATOL = 1e-4
@@ -36,21 +44,35 @@ class Verification:
     rtol: float
     atol: float
     outputs: list[OutputDiff] = field(default_factory=list)
+    sets: list[str] = field(default_factory=list)  # one label per input set the models ran on
+    discovery: Discovery | None = None
+    coverage: Coverage | None = None
+    input_sets: list[InputSet] = field(default_factory=list, repr=False)  # reused by bisection
 
     @property
     def max_abs(self) -> float:
         return max((o.max_abs for o in self.outputs), default=0.0)
 
+    @property
+    def unverified(self) -> list[str]:
+        return self.coverage.unverified if self.coverage else []
+
     def as_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "rtol": self.rtol, "atol": self.atol, "max_abs": self.max_abs,
-                "outputs": [o.as_dict() for o in self.outputs]}
+                "outputs": [o.as_dict() for o in self.outputs], "input_sets": self.sets,
+                "inputs_found": self.discovery.as_dict() if self.discovery else None,
+                "coverage": self.coverage.as_dict() if self.coverage else None,
+                "unverified": self.unverified}
 
     def summary(self) -> str:
+        sets = f" on {len(self.sets)} input set{'s' if len(self.sets) != 1 else ''}" if self.sets else ""
         bad = [o for o in self.outputs if not o.ok]
         if not bad:
-            return f"outputs equal (max abs diff {self.max_abs:.3g}; rtol={self.rtol:g}, atol={self.atol:g})"
+            text = f"outputs equal{sets} (max abs diff {self.max_abs:.3g}; rtol={self.rtol:g}, atol={self.atol:g})"
+            covered = self.coverage.summary() if self.coverage else ""
+            return text + (f"; {covered}" if covered else "")
         o = bad[0]
-        return f"output '{o.name}' differs: {o.reason or f'max abs {o.max_abs:.3g}, max rel {o.max_rel:.3g}'} (rtol={self.rtol:g}, atol={self.atol:g})"
+        return f"output '{o.name}' differs{sets}: {o.reason or f'max abs {o.max_abs:.3g}, max rel {o.max_rel:.3g}'} (rtol={self.rtol:g}, atol={self.atol:g})"
 
 
 def compare_arrays(name: str, ref: Any, got: Any, rtol: float = RTOL, atol: float = ATOL) -> OutputDiff:
@@ -86,33 +108,117 @@ def compare_arrays(name: str, ref: Any, got: Any, rtol: float = RTOL, atol: floa
     return OutputDiff(name, max_abs, max_rel, ok, "" if same_special else "NaN/inf positions differ")
 
 
-def verify(original: Model, rewritten: Model, seed: int = 0, input_shapes: dict[str, list[int]] | None = None,
-           feeds: dict[str, np.ndarray] | None = None, rtol: float = RTOL, atol: float = ATOL,
-           original_path: str | None = None) -> Verification:
-    """Run both models on the same inputs and compare every output.
+def input_specs(sess: Any) -> list[InputSpec]:
+    """The session's inputs; a type random inputs cannot make (sequence, map) stops here with
+    the one line that names the flags which can supply it."""
+    specs = []
+    for arg in sess.get_inputs():
+        if arg.type not in ORT_TYPES:
+            raise ModelDoesNotRun(f"input '{arg.name}' has type {arg.type}, which graphtool cannot synthesize; "
+                                  "give it with --inputs FILE, or skip the check with --no-verify")
+        specs.append(InputSpec(arg.name, arg.type, [d if isinstance(d, int) else (d or None) for d in arg.shape]))
+    return specs
 
-    The sessions run one after the other (the first is dropped before the second is built), so
-    peak memory is one model's, not two; ``original_path`` lets the original run from its file
-    instead of a re-saved copy when the Model came from disk unchanged.
+
+class Reference:
+    """The original model in onnxruntime, instrumented for branch coverage when it has Ifs."""
+
+    def __init__(self, original: Model, original_path: str | None = None) -> None:
+        self.sites: list[Site] = []
+        self.proto = None if io.wants_external(original) else to_onnx(original)
+        instrumented = instrument(self.proto) if self.proto is not None else None
+        if instrumented is not None:
+            copy, self.sites = instrumented
+            self.session = make_session(copy.SerializeToString())
+        else:
+            self.session = make_session(original_path or original)
+        self.names = [o.name for o in self.session.get_outputs()]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
+        return dict(zip(self.names, self.session.run(None, feeds)))
+
+
+def _user_sets(ref: Reference, specs: list[InputSpec], feeds: dict[str, np.ndarray] | list[dict[str, np.ndarray]],
+               seed: int) -> list[InputSet]:
+    """Sets from the user's arrays; inputs they leave out are filled as random inputs would be."""
+    sets = []
+    for i, given in enumerate(feeds if isinstance(feeds, list) else [feeds]):
+        shapes = shape_plan(specs, 2, 2, {k: list(np.shape(v)) for k, v in given.items()})
+        full = {**make_feeds(specs, shapes, seed + i, {}, {}), **given}
+        full = {s.name: full[s.name] for s in specs}
+        try:
+            outputs = ref.run(full)
+        except Exception as err:  # noqa: BLE001 - onnxruntime's own message is what the user needs
+            raise ModelDoesNotRun(f"the original model fails in onnxruntime on the inputs given: {ort_reason(err)}") from None
+        sets.append(InputSet(full, f"given set {i + 1}", outputs))
+    return sets
+
+
+def verify(original: Model, rewritten: Model, seed: int = 0, input_shapes: dict[str, list[int]] | None = None,
+           feeds: dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None = None, rtol: float = RTOL,
+           atol: float = ATOL, original_path: str | None = None, input_values: dict[str, list[Any]] | None = None,
+           input_sets: list[InputSet] | None = None) -> Verification:
+    """Run both models on the same input sets and compare every output.
+
+    Input sets come from ``input_sets`` (a previous verification's, as bisection replays), the
+    user's ``feeds``, or discovery (graphtool.discover), which keeps the original's outputs from
+    its successful runs, so the original runs once per set. The original is instrumented for
+    branch coverage; the sessions exist one at a time, so peak memory is one model's.
     """
-    ref_sess = make_session(original_path or original)
-    if feeds is None:
-        feeds = random_inputs(ref_sess, seed, input_shapes)
-    names = [o.name for o in ref_sess.get_outputs()]
-    ref_out = ref_sess.run(None, feeds)
-    del ref_sess
+    ref = Reference(original, original_path)
+    discovery = None
+    if input_sets is None:
+        specs = input_specs(ref.session)
+        if feeds is not None:
+            input_sets = _user_sets(ref, specs, feeds, seed)
+        else:
+            discovery = discover(ref.proto if ref.proto is not None else onnx.ModelProto(), ref.run, specs, seed,
+                                 input_shapes, input_values)
+            input_sets = discovery.sets
+    coverage = None
+    if ref.sites:
+        for s in input_sets:
+            if s.outputs is None:
+                s.outputs = ref.run(s.feeds)
+            record(ref.sites, s.outputs)
+        coverage = Coverage(ref.sites)
+    expected = []
+    for s in input_sets:
+        expected.append(strip_markers(s.outputs if s.outputs is not None else ref.run(s.feeds)))
+    ref_proto = ref.proto
+    del ref
+    result = Verification(True, rtol, atol, sets=[s.label for s in input_sets], discovery=discovery,
+                          coverage=coverage, input_sets=input_sets)
     new_sess = make_session(rewritten)
     new_names = [o.name for o in new_sess.get_outputs()]
     accepted = {i.name for i in new_sess.get_inputs()} | {i.name for i in new_sess.get_overridable_initializers()}
-    new_feeds = {k: v for k, v in feeds.items() if k in accepted}
-    new_out = dict(zip(new_names, new_sess.run(None, new_feeds)))
+    worst: dict[str, OutputDiff] = {}
+    for s, ref_out in zip(input_sets, expected):
+        try:
+            new_out = dict(zip(new_names, new_sess.run(None, {k: v for k, v in s.feeds.items() if k in accepted})))
+        except Exception as err:  # noqa: BLE001 - a rewrite that breaks the model is a mismatch, not a crash
+            worst["(run)"] = OutputDiff("(run)", float("inf"), float("inf"), False,
+                                        f"the rewritten model fails in onnxruntime on {s.label}: {ort_reason(err)}")
+            continue
+        for name, ref_value in ref_out.items():
+            if name not in new_out:
+                diff = OutputDiff(name, float("inf"), float("inf"), False, "output missing from the rewritten model")
+            else:
+                diff = compare_arrays(name, ref_value, new_out[name], rtol, atol)
+            prev = worst.get(name)
+            if prev is None or (prev.ok and not diff.ok) or (prev.ok == diff.ok and diff.max_abs > prev.max_abs):
+                worst[name] = diff
     del new_sess
-    result = Verification(True, rtol, atol)
-    for name, ref in zip(names, ref_out):
-        if name not in new_out:
-            diff = OutputDiff(name, float("inf"), float("inf"), False, "output missing from the rewritten model")
-        else:
-            diff = compare_arrays(name, ref, new_out[name], rtol, atol)
-        result.outputs.append(diff)
-        result.ok &= diff.ok
+    result.outputs = list(worst.values())
+    result.ok = all(o.ok for o in result.outputs)
+    if coverage is not None and ref_proto is not None:
+        coverage.unverified = unverified_rewrites(ref_proto, to_onnx(rewritten), coverage.sites)
     return result
+
+
+def find_inputs(model: Model, path: str | None = None, input_shapes: dict[str, list[int]] | None = None,
+                input_values: dict[str, list[Any]] | None = None, seed: int = 0) -> Discovery:
+    """Input sets the original runs on, found as verify finds them (for compare and benchmarks)."""
+    ref = Reference(model, path)
+    return discover(ref.proto if ref.proto is not None else onnx.ModelProto(), ref.run, input_specs(ref.session),
+                    seed, input_shapes, input_values)

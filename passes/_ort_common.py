@@ -145,7 +145,11 @@ class Shapes:
             except (KeyError, TypeError, ValueError):
                 return None
         found = self._table().get(value)
-        return found[0] if found and found[0] else None
+        if found and found[0]:
+            return found[0]
+        from graphtool.passes._types import infer_dtype  # subgraph values: the table covers the main graph
+
+        return infer_dtype(self.graph, value)
 
     def is_float(self, value: str) -> bool:
         return self.dtype(value) in FLOAT_TYPES

@@ -17,6 +17,10 @@ disappears with dead-code elimination when nothing else reads it, and nothing is
 4. ``Unsqueeze(Unsqueeze(x, a1), a2)`` and ``Squeeze(Squeeze(x, a1), a2)`` → one op with the
    combined axes (expressed in the second op's form: attribute before opset 13, input after).
    Negative axes need x's rank; a Squeeze without axes refuses.
+5. ``Slice(Slice(x, s1, e1, a1, p1), s2, e2, a2, p2)`` on disjoint axes → one Slice with the
+   concatenated starts/ends/axes/steps (slicing one axis does not move another's indices). All
+   four inputs must be constant (opset ≥ 10); a shared axis, or a negative axis with x's rank
+   unknown, refuses. (The STFT of torch exports slices channels, then every other frame.)
 """
 
 from __future__ import annotations
@@ -198,18 +202,56 @@ def merge_axes_ops(graph: Graph, node: Node, ctx: PassContext) -> bool:
     return True
 
 
+def _slice_parts(graph: Graph, node: Node) -> tuple[list[int], list[int], list[int], list[int]] | None:
+    """Constant (starts, ends, axes, steps) of an opset ≥ 10 Slice; None when any is not constant."""
+    inputs = node.inputs + [""] * (5 - len(node.inputs))
+    if node.attr("starts") is not None:
+        return None  # Slice-1: attributes, not inputs
+    starts, ends = _int_list(graph, inputs[1]), _int_list(graph, inputs[2])
+    if starts is None or ends is None or len(starts) != len(ends):
+        return None
+    axes = _int_list(graph, inputs[3]) if inputs[3] else list(range(len(starts)))
+    steps = _int_list(graph, inputs[4]) if inputs[4] else [1] * len(starts)
+    if axes is None or steps is None or len(axes) != len(starts) or len(steps) != len(starts):
+        return None
+    return starts, ends, axes, steps
+
+
+def merge_slices(graph: Graph, node: Node, ctx: PassContext) -> bool:
+    """Slice(Slice(x, …), …) on disjoint axes → one Slice."""
+    first = _standard_producer(graph, node.inputs[0], ("Slice",))
+    if first is None:
+        return False
+    outer, inner = _slice_parts(graph, node), _slice_parts(graph, first)
+    if outer is None or inner is None:
+        return False
+    x = first.inputs[0]
+    rank = rank_of(graph, x)
+    a_in, a_out = normalize_axes(inner[2], rank), normalize_axes(outer[2], rank)
+    if a_in is None or a_out is None or set(a_in) & set(a_out):
+        return False
+    values = [np.array(i + o, dtype=np.int64) for i, o in zip(inner, outer)]
+    names = [add_constant(graph, v, f"{node.name or 'slice'}_{part}", ctx)
+             for v, part in zip(values, ("starts", "ends", "axes", "steps"))]
+    if any(n is None for n in names):
+        return False
+    graph.set_inputs(node, [x, *names])  # type: ignore[list-item]
+    return True
+
+
 RULES = {
     "Transpose": merge_transposes,
     "Reshape": merge_reshapes,
     "Flatten": flatten_to_reshape,
     "Unsqueeze": merge_axes_ops,
     "Squeeze": merge_axes_ops,
+    "Slice": merge_slices,
 }
 
 
 @register(level=1, priority=40)
 class MergeChains(Pass):
-    """Merge consecutive Transpose/Reshape/Flatten/Squeeze/Unsqueeze pairs into one op."""
+    """Merge consecutive Transpose/Reshape/Flatten/Squeeze/Unsqueeze/Slice pairs into one op."""
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         stats: dict[str, int] = {}

@@ -45,6 +45,7 @@ from onnx import FunctionProto, helper, numpy_helper
 
 from graphtool.ir.graph import Graph, Node
 from graphtool.pass_manager import Pass, PassContext, PassResult, register
+from graphtool.passes._types import infer_dtype
 
 STANDARD_DOMAINS = ("", "ai.onnx")
 INT_MAX_END = 2**31 - 1  # exporters write INT_MAX / INT64_MAX for "slice to the end"
@@ -180,14 +181,14 @@ def _dropout(graph: Graph, node: Node, opset: int) -> str | None:
 
 def _cast(graph: Graph, node: Node, opset: int) -> str | None:
     x = node.inputs[0]
-    known = graph.dtype(x)
+    known = infer_dtype(graph, x)
     return x if known is not None and known == node.attr("to") else None
 
 
 def _cast_like(graph: Graph, node: Node, opset: int) -> str | None:
     x, target = node.inputs[0], node.inputs[1]
-    known = graph.dtype(x)
-    return x if known is not None and known == graph.dtype(target) else None
+    known = infer_dtype(graph, x)
+    return x if known is not None and known == infer_dtype(graph, target) else None
 
 
 def _reshape(graph: Graph, node: Node, opset: int) -> str | None:

@@ -2,7 +2,8 @@
 
 Gemm is MatMul plus a bias in one kernel, which ORT and most backends run faster than the pair
 (no intermediate [M, N] tensor). It is only equivalent in a narrow case, and the pass proves each
-part from declared shapes (never guesses):
+part from declared shapes or from what the producers prove (a Flatten's output has rank 2;
+passes/_types.py), never from guesses:
 
 1. A and B have known rank 2: Gemm has no batch dimensions. A 3-D MatMul (transformers) is left
    alone — rewriting it needs Reshapes around the Gemm, which is not a simplification.
@@ -24,6 +25,7 @@ from onnx import TensorProto, helper
 from graphtool.ir.graph import Graph, Node
 from graphtool.pass_manager import Pass, PassContext, PassResult, register
 from graphtool.passes._fuse_common import Namer, is_op, only_feeds, replace_chain
+from graphtool.passes._types import infer_dtype, infer_rank
 
 _GEMM_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
 
@@ -34,11 +36,13 @@ def _shape(graph: Graph, value: str) -> list[int | str | None] | None:
         array = graph.const(value)
         if array is not None:
             shape = list(array.shape)
+        elif infer_rank(graph, value) == 2:  # e.g. the output of a Flatten: rank 2, dims unknown
+            shape = [None, None]
     return shape
 
 
 def _dtype(graph: Graph, value: str) -> int | None:
-    dtype = graph.dtype(value)
+    dtype = infer_dtype(graph, value)
     if dtype is None:
         array = graph.const(value)
         if array is not None:

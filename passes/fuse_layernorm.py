@@ -12,7 +12,8 @@ The pass recognises, anchored on each ``Sqrt`` and walking only producers/consum
 
 including the older PyTorch form where ``d`` is computed by two identical Subs. It refuses when:
 
-1. the model's (or function's) opset is below 17 — LayerNormalization does not exist there;
+1. the model's (or function's) opset is below 17 — LayerNormalization does not exist there —
+   unless the target is onnxruntime (``--target ort``), which has it from version 1;
 2. the two ReduceMeans do not read the same ``x`` with the same axes and keepdims=1, or the axes
    are not the trailing ones (-k..-1, or r-k..r-1 with a known rank r): LayerNormalization only
    normalizes a suffix of the dimensions;
@@ -232,12 +233,24 @@ def _tensor_input(graph: Graph, source: tuple[str, np.ndarray] | None, hint: str
     return graph.add_initializer(fitted, hint)
 
 
+def _ort_below_17(graph: Graph, ctx: PassContext) -> bool:
+    """``--target ort`` below opset 17: onnxruntime registers LayerNormalization in the default
+    domain from version 1 (its own schema; its LayerNormFusion emits it there), so the fused op
+    runs in ORT though ONNX's checker does not know it. Main graph tree only, like contrib ops."""
+    from graphtool.ort_kernels import ort_registers
+
+    root = graph
+    while root.parent is not None:
+        root = root.parent
+    return ctx.target == "ort" and root is ctx.model.graph and ort_registers("LayerNormalization", "", 1)
+
+
 @register(level=1, priority=57)
 class FuseLayerNorm(Pass):
     """Fuse a hand-written layer norm (ReduceMean/Sub/Pow/.../Div/Mul/Add) into LayerNormalization (opset >= 17)."""
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        if graph_opset(graph, ctx) < 17:
+        if graph_opset(graph, ctx) < 17 and not _ort_below_17(graph, ctx):
             return PassResult(False, {"fused": 0})
         fused = 0
         namer = Namer(graph)

@@ -9,6 +9,7 @@ import click
 
 from graphtool import io
 from graphtool.cli import cli
+from graphtool.cli.inputs import input_options, resolve_inputs
 from graphtool.cli.output import emit
 from graphtool.errors import UsageError
 from graphtool.ort_compare import compare, diff_sections, format_compare, to_html
@@ -33,11 +34,13 @@ def parse_levels(text: str) -> list[int]:
 @click.option("--runs", type=click.IntRange(1, 100000), default=20, show_default=True, help="Timed runs per variant.")
 @click.option("--warmup", type=click.IntRange(0, 1000), default=3, show_default=True, help="Untimed runs first.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@input_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema graphtool.compare/1).")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
               help="Also write a self-contained HTML page with the tables.")
 def compare_command(model_path: str, levels: str, target: str, latency: bool, runs: int, warmup: int,
-                    seed: int, as_json: bool, html_out: str | None) -> None:
+                    seed: int, input_shapes: tuple[str, ...], inputs_file: str | None, input_values: tuple[str, ...],
+                    as_json: bool, html_out: str | None) -> None:
     """Optimize MODEL with onnxruntime at each level and with graphtool at the same level, then
     show both side by side: node counts, op histograms, ops only one has, the fusions ORT applied
     that graphtool did not (named, e.g. "Conv+Relu → FusedConv ×16"), and the largest output
@@ -47,10 +50,18 @@ def compare_command(model_path: str, levels: str, target: str, latency: bool, ru
     if html_out and not os.path.isdir(os.path.dirname(os.path.abspath(html_out))):
         raise UsageError(f"{html_out}: folder does not exist")
     model = io.load(model_path)
+    model_inputs = [n for n in model.graph.inputs if n not in model.graph.initializers]
+    shapes, feeds, values = resolve_inputs(model_inputs, input_shapes, inputs_file, input_values)
+    if feeds is None:  # inputs the original runs on, found as optimize's verification finds them
+        from graphtool.optimize import require_schema_valid
+        from graphtool.verify import find_inputs
+
+        require_schema_valid(model)  # a broken op is named as such, before onnxruntime's load error
+        feeds = find_inputs(model, model_path, shapes, values, seed).sets[0].feeds
     progress = (lambda msg: click.echo(f"… {msg}", err=True)) if sys.stderr.isatty() else None
     pairs: dict = {}
     report = compare(model, wanted, target, latency=latency, runs=runs, warmup=warmup, seed=seed,
-                     path=model_path, on_step=progress, models=pairs if html_out else None)
+                     path=model_path, on_step=progress, models=pairs if html_out else None, feeds=feeds)
     if html_out:
         page = to_html(report, diff_sections(pairs))
         with io.atomic_file(html_out) as handle:

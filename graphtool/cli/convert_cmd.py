@@ -8,6 +8,7 @@ import click
 
 from graphtool import io
 from graphtool.cli import cli
+from graphtool.cli.inputs import input_options, resolve_inputs
 from graphtool.cli.output import emit
 from graphtool.convert import ConvertResult, convert
 from graphtool.errors import UsageError
@@ -18,8 +19,10 @@ from graphtool.errors import UsageError
 @click.option("--opset", type=int, required=True, help="The ai.onnx opset to convert to.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the converted model.")
 @click.option("--no-verify", is_flag=True, help="Skip the onnxruntime comparison (and the pinning of adapter-less ops it allows).")
+@input_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def convert_command(model_path: str, opset: int, output: str, no_verify: bool, as_json: bool) -> int:
+def convert_command(model_path: str, opset: int, output: str, no_verify: bool, input_shapes: tuple[str, ...],
+                    inputs_file: str | None, input_values: tuple[str, ...], as_json: bool) -> int:
     """Convert MODEL to ai.onnx opset N with onnx's version converter, keep its functions and
     metadata, check the result and compare its outputs with the original's through onnxruntime.
 
@@ -29,7 +32,10 @@ def convert_command(model_path: str, opset: int, output: str, no_verify: bool, a
     if not os.path.isdir(os.path.dirname(os.path.abspath(output))):
         raise UsageError(f"{output}: folder does not exist")
     model = io.load(model_path)
-    result = convert(model, opset, verify_outputs=not no_verify)
+    model_inputs = [n for n in model.graph.inputs if n not in model.graph.initializers]
+    shapes, feeds, values = resolve_inputs(model_inputs, input_shapes, inputs_file, input_values)
+    result = convert(model, opset, verify_outputs=not no_verify, feeds=feeds, input_shapes=shapes,
+                     input_values=values)
     report = {"input": model_path, "output": output if result.ok else None, **result.as_dict()}
     if not result.ok:
         emit(report, as_json, format_convert(result, model_path, None))

@@ -11,27 +11,13 @@ import click
 from graphtool import io
 from graphtool.bisect import find_culprit
 from graphtool.cli import cli
+from graphtool.cli.inputs import input_options, resolve_inputs
 from graphtool.cli.output import emit
-from graphtool.errors import UsageError
 from graphtool.inspect import format_table, human_bytes
 from graphtool.ir.model import Model
 from graphtool.optimize import optimize
 from graphtool.pass_manager import PassContext, PassReport
 from graphtool.verify import ATOL, RTOL, verify
-
-
-def parse_input_shapes(specs: tuple[str, ...]) -> dict[str, list[int]]:
-    """``name=1x3x224x224`` (repeatable) → {name: [1, 3, 224, 224]}."""
-    shapes: dict[str, list[int]] = {}
-    for spec in specs:
-        name, sep, dims = spec.rpartition("=")
-        try:
-            if not sep or not name:
-                raise ValueError
-            shapes[name] = [int(d) for d in dims.lower().split("x")] if dims else []
-        except ValueError:
-            raise UsageError(f"--input-shape '{spec}' is not NAME=D1xD2x...") from None
-    return shapes
 
 
 def _split(names: str | None) -> list[str]:
@@ -87,8 +73,9 @@ def _file_size(path: str) -> int:
 @click.option("--passes", "only", help="Run only these passes (comma-separated).")
 @click.option("--skip", help="Skip these passes (comma-separated).")
 @click.option("--no-verify", is_flag=True, help="Do not run both models in onnxruntime to compare outputs.")
-@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=1x3x224x224",
-              help="Fix an input's shape (for folding and for verification inputs). Repeatable.")
+@input_options
+@click.option("--strict", is_flag=True,
+              help="Exit 1 when a rewrite sits in an If branch no verification input reached (unverified).")
 @click.option("--max-fold-bytes", type=int, default=16 << 20, show_default=True,
               help="Skip a constant fold whose output outgrows its inputs by more than this.")
 @click.option("--rtol", type=float, default=RTOL, show_default=True)
@@ -98,14 +85,18 @@ def _file_size(path: str) -> int:
 @click.option("--compare-ort", is_flag=True, help="Also compare with onnxruntime's own optimizer at this level.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (includes the old→new node-name map).")
 def optimize_command(model_path: str, output: str, level: int, target: str, only: str | None, skip: str | None,
-                     no_verify: bool, input_shapes: tuple[str, ...], max_fold_bytes: int, rtol: float, atol: float,
+                     no_verify: bool, input_shapes: tuple[str, ...], inputs_file: str | None,
+                     input_values: tuple[str, ...], strict: bool, max_fold_bytes: int, rtol: float, atol: float,
                      upgrade_opset: int | None, compare_ort: bool, as_json: bool) -> None:
-    """Optimize IN and write OUT; by default prove the result gives the same outputs."""
-    shapes = parse_input_shapes(input_shapes)
+    """Optimize IN and write OUT; by default prove the result gives the same outputs.
+
+    Verification finds inputs the original runs on (declared shapes, then sizes the model names,
+    then a ladder of sizes; values the graph compares integer inputs with), runs at least two
+    input sets, and reports which If branches they reached. A model that runs on nothing tried
+    exits 2 with onnxruntime's reason and the flags that supply real inputs."""
     original = io.load(model_path)
-    unknown = [n for n in shapes if n not in original.graph.inputs]
-    if unknown:
-        raise UsageError(f"--input-shape names '{unknown[0]}', which is not an input of the model")
+    model_inputs = [n for n in original.graph.inputs if n not in original.graph.initializers]
+    shapes, feeds, values = resolve_inputs(model_inputs, input_shapes, inputs_file, input_values)
     from graphtool.progress import progress_steps
 
     start = original
@@ -120,17 +111,27 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
     result: dict[str, Any] = {"input": model_path, "output": output, "level": level, "target": target,
                               "opset": start.opset(""), "report": report.as_dict()}
     summary = None
+    verification = None
     if not no_verify:
-        verification = verify(original, optimized, input_shapes=shapes, rtol=rtol, atol=atol, original_path=model_path)
+        verification = verify(original, optimized, input_shapes=shapes, feeds=feeds, input_values=values,
+                              rtol=rtol, atol=atol, original_path=model_path)
         result["verification"] = verification.as_dict()
         summary = verification.summary()
         if not verification.ok:
-            culprit = find_culprit(original, report, ctx, start=start, input_shapes=shapes, rtol=rtol, atol=atol)
+            culprit = find_culprit(original, report, ctx, start=start, input_sets=verification.input_sets,
+                                   rtol=rtol, atol=atol)
             result["culprit"] = culprit.as_dict() if culprit else None
             blame = f"; first bad rewrite: {culprit.describe()}" if culprit else ""
             if as_json:
                 emit(result, True)
             click.echo(f"graphtool: verification failed: {summary}{blame}; no output written", err=True)
+            sys.exit(1)
+        if strict and verification.unverified:
+            if as_json:
+                emit(result, True)
+            click.echo(f"graphtool: unverified: rewrites in If branches no input reached: "
+                       f"{', '.join(verification.unverified[:6])}; give inputs that reach them "
+                       "(--inputs, --input-value) or drop --strict; no output written", err=True)
             sys.exit(1)
     io.save(optimized, output)
     result["size_before"], result["size_after"] = _file_size(model_path), _file_size(output)
@@ -145,6 +146,10 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
         emit(result, True)
         return
     click.echo(format_report(report, (result["size_before"], result["size_after"]), summary))
+    found = verification.discovery if verification is not None else None
+    if found is not None:
+        click.echo(f"inputs: {found.how} ({found.attempts} attempt{'s' if found.attempts != 1 else ''}, "
+                   f"{found.extra_seconds:.2f} s searching)")
     click.echo(f"wrote {output}")
     if comparison is not None:
         click.echo("")

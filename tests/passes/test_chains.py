@@ -173,3 +173,32 @@ def test_merge_in_an_ir3_model_lists_the_new_initializer_as_an_input():
     node = out.graph.producer("y")
     assert node.inputs[0] == "x" and list(out.graph.const(node.inputs[1])) == [2, -1]
     assert set(out.graph.initializers) <= set(out.graph.inputs)
+
+
+# 5. Slice pairs ------------------------------------------------------------------------------
+
+
+def _slice(x, out, starts, ends, axes, steps, prefix):
+    inits = [const(f"{prefix}_{k}", np.array(v, np.int64)) for k, v in
+             (("s", starts), ("e", ends), ("a", axes), ("p", steps))]
+    node = helper.make_node("Slice", [x, *(i.name for i in inits)], [out])
+    return node, inits
+
+
+def test_slices_on_disjoint_axes_merge_into_one():
+    # the STFT of torch exports: channels [0, 129), then every other frame from 1
+    n1, i1 = _slice("x", "a", [0], [129], [1], [1], "one")
+    n2, i2 = _slice("a", "b", [1], [2**63 - 1], [2], [2], "two")
+    m = model([n1, n2, helper.make_node("Relu", ["b"], ["y"])], [vi("x", [1, 258, "t"])], [vi("y", [1, 129, "u"])],
+              i1 + i2)
+    out, report = run(m, feeds={"x": np.random.default_rng(0).standard_normal((1, 258, 9)).astype(np.float32)})
+    assert ops(out) == ["Slice", "Relu"]
+    assert report.passes[PASS].stats == {"Slice": 1}
+
+
+def test_slices_on_the_same_axis_stay():
+    n1, i1 = _slice("x", "a", [0], [6], [0], [1], "one")
+    n2, i2 = _slice("a", "b", [1], [4], [-2], [1], "two")  # axis -2 of a rank-2 x is axis 0: shared
+    m = model([n1, n2], [vi("x", [8, 3])], [vi("b", [3, 3])], i1 + i2)
+    out, report = run(m)
+    assert ops(out) == ["Slice", "Slice"] and report.passes[PASS].changed_runs == 0

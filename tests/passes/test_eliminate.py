@@ -105,13 +105,24 @@ def test_dropout_in_training_mode_or_with_read_mask_is_kept():
 
 def test_cast_to_same_type_removed_and_unknown_dtype_kept():
     m = model(
-        [helper.make_node("Cast", ["x"], ["c"], to=F), helper.make_node("Relu", ["c"], ["r"]),
-         helper.make_node("Cast", ["r"], ["c2"], to=F),  # r has no value_info: dtype unknown
+        [helper.make_node("Cast", ["x"], ["c"], to=F), helper.make_node("Hardmax", ["c"], ["r"]),
+         helper.make_node("Cast", ["r"], ["c2"], to=F),  # r: no value_info, and Hardmax is not walked through
          helper.make_node("Cast", ["c2"], ["y"], to=TensorProto.DOUBLE)],
         [vi("x", [3])], [vi("y", [3], TensorProto.DOUBLE)])
     out, report = run(m)
-    assert ops(out) == ["Relu", "Cast", "Cast"]
+    assert ops(out) == ["Hardmax", "Cast", "Cast"]
     assert out.graph.producer("r").inputs == ["x"]
+    assert report.passes[PASS].stats == {"Cast": 1}
+
+
+def test_cast_whose_input_type_is_proven_through_producers_removed():
+    # oww melspectrogram: Cast(Sub(ReduceMax(x), w), to=FLOAT), x and w float, no value_info between
+    m = model(
+        [helper.make_node("ReduceMax", ["x"], ["m"], keepdims=1), helper.make_node("Sub", ["m", "w"], ["d"]),
+         helper.make_node("Cast", ["d"], ["c"], to=F), helper.make_node("Relu", ["c"], ["y"])],
+        [vi("x", ["n", 3])], [vi("y", ["n", 1])], [const("w", np.array([0.5], np.float32))])
+    out, report = run(m)
+    assert ops(out) == ["ReduceMax", "Sub", "Relu"]
     assert report.passes[PASS].stats == {"Cast": 1}
 
 

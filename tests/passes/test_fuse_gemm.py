@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from graphtool import io
 from graphtool.optimize import optimize
 from graphtool.verify import verify
+from tests.passes.helpers import const, model, vi
 
 PASS = ["fuse-matmul-add"]
 
@@ -109,3 +110,16 @@ def test_refuses_integer_matmul():
     original = io.load_proto(_model([5, 4], (3,), elem=TensorProto.INT64))
     optimized, _, _ = optimize(original, passes=PASS)
     assert _ops(optimized) == ["MatMul", "Add", "Relu"]
+
+
+def test_flatten_output_is_rank_two_without_shape_inference():
+    # paddle2onnx classifiers: x[-1, C, ?, ?] → ... → Flatten → MatMul → Add, no value_info
+    rng = np.random.default_rng(1)
+    m = model([helper.make_node("Flatten", ["x"], ["f"], axis=1), helper.make_node("MatMul", ["f", "w"], ["p"]),
+               helper.make_node("Add", ["p", "b"], ["y"])],
+              [vi("x", ["n", 2, "h", "w"])], [vi("y", ["n", 3])],
+              [const("w", rng.standard_normal((8, 3)).astype(np.float32)),
+               const("b", rng.standard_normal(3).astype(np.float32))])
+    out, _, _ = optimize(m, passes=["fuse-matmul-add"])
+    assert [n.op_type for n in out.graph.topological_order()] == ["Flatten", "Gemm"]
+    assert verify(m, out, input_shapes={"x": [2, 2, 2, 2]}).ok

@@ -230,3 +230,16 @@ def test_bert_fixtures(name):
     sess = make_session(optimized)
     for meta, got in zip(sess.get_outputs(), sess.run(None, feeds)):
         assert np.max(np.abs(got - expected[meta.name])) < 1e-4
+
+
+def test_below_opset_17_fuses_only_for_onnxruntime():
+    # openWakeWord's heads are opset 13/14 torch exports; ORT's own LayerNormFusion emits
+    # LayerNormalization there, and so does --target ort (ORT registers it from version 1)
+    proto = ln_model(14)
+    model = io.load_proto(proto)
+    portable, _, _ = optimize(model, level=1, target="onnx")
+    assert "LayerNormalization" not in _ops(portable)
+    fused, _, _ = optimize(model, level=1, target="ort")
+    assert _ops(fused).count("LayerNormalization") == 1
+    result = verify(model, fused)
+    assert result.ok, result.summary()
