@@ -34,12 +34,17 @@ def parse_levels(text: str) -> list[int]:
 @click.option("--runs", type=click.IntRange(1, 100000), default=20, show_default=True, help="Timed runs per variant.")
 @click.option("--warmup", type=click.IntRange(0, 1000), default=3, show_default=True, help="Untimed runs first.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--peers", default=None, metavar="a,b",
+              help="Instead of ORT's levels: run these optimizers (onnxsim, onnxslim, onnxoptimizer, onnxscript, "
+                   "onnxscript-ort), each in its own process, beside graphtool at --level.")
+@click.option("--level", "peer_level", type=click.IntRange(1, 2), default=1, show_default=True,
+              help="graphtool's level for --peers.")
 @input_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema graphtool.compare/1).")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
               help="Also write a self-contained HTML page with the tables.")
 def compare_command(model_path: str, levels: str, target: str, latency: bool, runs: int, warmup: int,
-                    seed: int, input_shapes: tuple[str, ...], inputs_file: str | None, input_values: tuple[str, ...],
+                    seed: int, peers: str | None, peer_level: int, input_shapes: tuple[str, ...], inputs_file: str | None, input_values: tuple[str, ...],
                     as_json: bool, html_out: str | None) -> None:
     """Optimize MODEL with onnxruntime at each level and with graphtool at the same level, then
     show both side by side: node counts, op histograms, ops only one has, the fusions ORT applied
@@ -52,12 +57,23 @@ def compare_command(model_path: str, levels: str, target: str, latency: bool, ru
     model = io.load(model_path)
     model_inputs = [n for n in model.graph.inputs if n not in model.graph.initializers]
     shapes, feeds, values = resolve_inputs(model_inputs, input_shapes, inputs_file, input_values)
+    from graphtool.discover import InputSet
+
+    sets = [InputSet(feeds, "given set 1")] if feeds is not None else None
     if feeds is None:  # inputs the original runs on, found as optimize's verification finds them
         from graphtool.optimize import require_schema_valid
         from graphtool.verify import find_inputs
 
         require_schema_valid(model)  # a broken op is named as such, before onnxruntime's load error
-        feeds = find_inputs(model, model_path, shapes, values, seed).sets[0].feeds
+        sets = find_inputs(model, model_path, shapes, values, seed).sets
+        feeds = sets[0].feeds
+    if peers:
+        from graphtool.peers import compare_peers, format_peers
+
+        names = [p.strip() for p in peers.split(",") if p.strip()]
+        report_peers = compare_peers(model, model_path, names, level=peer_level, target=target, input_sets=sets)
+        emit(report_peers, as_json, format_peers(report_peers))
+        return
     progress = (lambda msg: click.echo(f"… {msg}", err=True)) if sys.stderr.isatty() else None
     pairs: dict = {}
     report = compare(model, wanted, target, latency=latency, runs=runs, warmup=warmup, seed=seed,
