@@ -761,7 +761,7 @@ def measure_latency(variants: list[tuple[str, Model]], ort_levels: Iterable[str]
     for label, model in variants:
         data = io.to_bytes(model)
         for level in levels:
-            sess = make_session(data, level, threads=1)
+            sess = make_session(data, level, threads=1, local=True)  # timed here, not in the sandbox
             sessions.append(sess)
             rows.append({"model": label, "ort_level": level, "samples": []})
     if feeds is None:

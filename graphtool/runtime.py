@@ -40,11 +40,14 @@ def session_options(level: str = "off", threads: int = 1, optimized_path: str | 
 
 
 def make_session(model: Model | str | bytes, level: str = "off", threads: int = 1,
-                 optimized_path: str | None = None) -> ort.InferenceSession:
-    """A CPU session for an IR model, a path, or serialized bytes. Load errors become BadModel."""
+                 optimized_path: str | None = None, local: bool = False) -> ort.InferenceSession:
+    """A CPU session for an IR model, a path, or serialized bytes. Load errors become BadModel.
+
+    ``local`` keeps the session in this process even when the CLI sandboxes sessions: latency
+    timing must not include the pipe round trip or the child's memory-pattern setting."""
     from graphtool import io, sandbox
 
-    if sandbox.sessions_enabled():  # in the reused child, under its memory and time limits
+    if sandbox.sessions_enabled() and not local:  # in the reused child, under its memory and time limits
         return sandbox.remote_session(model, level, threads, optimized_path)  # type: ignore[return-value]
     opts = session_options(level, threads, optimized_path)
     try:
@@ -58,7 +61,8 @@ def make_session(model: Model | str | bytes, level: str = "off", threads: int = 
         return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
     except (ort.capi.onnxruntime_pybind11_state.Fail, ort.capi.onnxruntime_pybind11_state.InvalidGraph,
             ort.capi.onnxruntime_pybind11_state.InvalidArgument, ort.capi.onnxruntime_pybind11_state.NotImplemented,
-            ort.capi.onnxruntime_pybind11_state.RuntimeException) as err:
+            ort.capi.onnxruntime_pybind11_state.RuntimeException,
+            ort.capi.onnxruntime_pybind11_state.InvalidProtobuf) as err:
         raise BadModel(f"onnxruntime cannot load the model: {_first_line(err)}") from None
 
 
