@@ -19,7 +19,8 @@ from onnx import ModelProto, TensorProto
 
 from graphtool import fileguard
 from graphtool.errors import BadModel, GraphtoolError
-from graphtool.ir.from_onnx import from_onnx, shell_of
+from graphtool.ir.from_onnx import from_onnx
+from graphtool.ir.protos import shell_of
 from graphtool.ir.model import Model
 from graphtool.ir.tensor import Tensor
 from graphtool.ir.stream import write_model

@@ -10,36 +10,16 @@ import contextlib
 import gc
 from typing import Any, Iterable, Iterator
 
-from google.protobuf.message import Message
+
 from onnx import (AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, SparseTensorProto, TensorProto,
                   TypeProto)
 
 from graphtool.errors import BadModel
 from graphtool.ir.graph import CAPTURE, Graph
 from graphtool.ir.model import Function, Model
+from graphtool.ir.protos import shell_of
 from graphtool.ir.tensor import Tensor, check_tensor, is_external, resolve_external
 
-
-def shell_of(proto: Message, skip: Iterable[str]) -> Message:
-    """A copy of ``proto`` without the (large) fields the IR holds itself."""
-    skipped = set(skip)
-    shell = type(proto)()
-    for fd, value in proto.ListFields():
-        if fd.name in skipped:
-            continue
-        if _is_repeated(fd):
-            getattr(shell, fd.name).extend(value)
-        elif fd.type == fd.TYPE_MESSAGE:
-            getattr(shell, fd.name).CopyFrom(value)
-        else:
-            setattr(shell, fd.name, value)
-    return shell
-
-
-def _is_repeated(fd: Any) -> bool:
-    # protobuf ≥ 6 has FieldDescriptor.is_repeated and no longer .label
-    flag = getattr(fd, "is_repeated", None)
-    return bool(flag) if flag is not None else fd.label == fd.LABEL_REPEATED
 
 
 _ELEM_TYPES = frozenset(TensorProto.DataType.values())

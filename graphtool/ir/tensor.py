@@ -83,7 +83,7 @@ class Tensor:
     def metadata_proto(self) -> TensorProto:
         """The proto without its data: name, dims, type, doc string (for external-data writes)."""
         if self._proto is not None:
-            from graphtool.ir.from_onnx import shell_of
+            from graphtool.ir.protos import shell_of
 
             return shell_of(self._proto, DATA_FIELDS)
         return TensorProto(name=self._name, dims=self.dims, data_type=self.data_type)

@@ -16,7 +16,9 @@ import html
 import json
 from typing import Any
 
-from graphtool.render.dot import Picture
+# No import of graphtool.render.dot here: dot imports this module to write a picture as HTML, so
+# the page takes any object with dot's Picture interface (svg(), title, notes, rows, titles …).
+Picture = Any
 
 _SCRIPT = r"""
 (function () {
@@ -194,14 +196,12 @@ def page(picture: Picture, heading: str | None = None) -> str:
     )
 
 
-def diff_fragment(result: Any, context: int = 1, max_drawn: int = 1500) -> str:
-    """A script-free HTML fragment for other pages (``graphtool compare --html``): the diff's
-    picture as inline SVG (when Graphviz is there and the picture stays readable) and the table
-    of changes."""
+def diff_fragment(picture: Picture, max_drawn: int = 1500) -> str:
+    """A script-free HTML fragment for other pages (``graphtool compare --html``): a diff's
+    picture (``render.dot.diff_picture``) as inline SVG (when Graphviz is there and the picture
+    stays readable) and the table of changes."""
     from graphtool.errors import GraphtoolError
-    from graphtool.render.dot import diff_picture
 
-    picture = diff_picture(result, context)
     figure = ""
     if 0 < picture.shown <= max_drawn:
         try:

@@ -189,7 +189,7 @@ def test_page_is_self_contained():
 
 def test_diff_fragment_for_other_pages_has_no_script():
     a = io.load(light_model("resnet50"))
-    fragment = diff_fragment(diff(a, hand_edit(io.load(light_model("resnet50")))))
+    fragment = diff_fragment(diff_picture(diff(a, hand_edit(io.load(light_model("resnet50"))))))
     assert "<svg" in fragment and "<script" not in fragment and "<table>" in fragment
     assert fragment.count("data-node=") == 5
 
