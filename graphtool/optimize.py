@@ -43,15 +43,18 @@ def optimize(
     max_iterations: int = 8,
     on_step: Callable[[str], None] | None = None,
     in_place: bool = False,
+    explain: Iterable[str] = (),
 ) -> tuple[Model, PassReport, PassContext]:
     """Optimize ``model`` (a copy unless ``in_place``); returns (model, report, context).
 
-    The context carries the provenance map (new node → original nodes it absorbed).
+    The context carries the provenance map (new node → original nodes it absorbed) and, for the
+    rules or passes named in ``explain``, why each candidate root fused or did not
+    (``ctx.explanations``; ``graphtool.rewrite.explain`` formats it).
     """
     require_schema_valid(model)
     result = model if in_place else clone(model)
     chosen = select_passes(level, target, passes, skip)
     ctx = PassContext(result, level=level, target=target, max_fold_bytes=max_fold_bytes,
-                      input_shapes=dict(input_shapes or {}))
+                      input_shapes=dict(input_shapes or {}), explain=set(explain))
     report = PassManager(chosen, max_iterations, on_step).run(result, ctx)
     return result, report, ctx

@@ -41,6 +41,10 @@ class PassContext:
     provenance: dict[str, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     findings: list[Any] = field(default_factory=list)  # graphtool.check.Finding, from analysis passes
+    # rule or pass names whose every candidate root is explained (--explain), and what was found:
+    # (rule, node) -> {"rule", "node", "fused", "depth", "reason"}
+    explain: set[str] = field(default_factory=set)
+    explanations: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
     def opset(self, domain: str = "") -> int:
         return self.model.opset(domain) or 0

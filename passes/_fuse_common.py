@@ -9,13 +9,13 @@ four times: constant checks, single-use checks, the replacement itself, and nami
 
 from __future__ import annotations
 
-import os
 from typing import Any, Iterable
 
 import numpy as np
 
 from graphtool.ir.graph import Graph, Node
 from graphtool.pass_manager import PassContext
+from graphtool.rewrite.naming import Namer  # noqa: F401  (re-exported: the passes name fused nodes with it)
 
 STANDARD_DOMAINS = ("", "ai.onnx")
 
@@ -139,34 +139,6 @@ def drop_dead_constants(graph: Graph, values: Iterable[str]) -> None:
         producer = graph.producer(value)
         if is_op(producer, "Constant"):
             graph.remove_nodes([producer])
-
-
-class Namer:
-    """Names for fused nodes: the absorbed nodes' common scope + the new op type, made unique.
-
-    "/layers.0/LayerNorm/Sub", "/layers.0/LayerNorm/Div" ... → "/layers.0/LayerNorm/LayerNormalization".
-    The set of taken names is built once per pass run, on the first fusion (one linear walk).
-    """
-
-    def __init__(self, graph: Graph):
-        self.graph = graph
-        self.taken: set[str] | None = None
-
-    def __call__(self, nodes: Iterable[Node], op_type: str, fallback: str = "") -> str:
-        names = [n.name for n in nodes if n.name]
-        prefix = os.path.commonprefix(names) if names else ""
-        prefix = prefix[: prefix.rfind("/") + 1] if "/" in prefix else ""
-        base = f"{prefix}{op_type}" if prefix else (fallback or (names[-1] if names else ""))
-        if not base:
-            return ""
-        if self.taken is None:
-            self.taken = {n.name for n in self.graph.nodes() if n.name}
-        self.taken.difference_update(names)  # the absorbed nodes are going away
-        name, k = base, 1
-        while name in self.taken:
-            name, k = f"{base}_{k}", k + 1
-        self.taken.add(name)
-        return name
 
 
 def reduce_mean_axes(graph: Graph, node: Node) -> list[int] | None:

@@ -83,17 +83,23 @@ def _file_size(path: str) -> int:
 @click.option("--upgrade-opset", type=int, metavar="N",
               help="First raise the default-domain opset to N (onnx's converter), unlocking newer fused ops.")
 @click.option("--compare-ort", is_flag=True, help="Also compare with onnxruntime's own optimizer at this level.")
+@click.option("--explain", "explain", metavar="RULE",
+              help="For each candidate of these rules or rule passes (comma-separated), say whether it fused "
+                   "and, if not, the first constraint that failed.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (includes the old→new node-name map).")
 def optimize_command(model_path: str, output: str, level: int, target: str, only: str | None, skip: str | None,
                      no_verify: bool, input_shapes: tuple[str, ...], inputs_file: str | None,
                      input_values: tuple[str, ...], strict: bool, max_fold_bytes: int, rtol: float, atol: float,
-                     upgrade_opset: int | None, compare_ort: bool, as_json: bool) -> None:
+                     upgrade_opset: int | None, compare_ort: bool, explain: str | None, as_json: bool) -> None:
     """Optimize IN and write OUT; by default prove the result gives the same outputs.
 
     Verification finds inputs the original runs on (declared shapes, then sizes the model names,
     then a ladder of sizes; values the graph compares integer inputs with), runs at least two
     input sets, and reports which If branches they reached. A model that runs on nothing tried
     exits 2 with onnxruntime's reason and the flags that supply real inputs."""
+    from graphtool.rewrite import explain as explaining
+
+    explained = explaining.validate(_split(explain))
     original = io.load(model_path)
     model_inputs = [n for n in original.graph.inputs if n not in original.graph.initializers]
     shapes, feeds, values = resolve_inputs(model_inputs, input_shapes, inputs_file, input_values)
@@ -107,9 +113,13 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
     with progress_steps("optimizing", enabled=not as_json) as step:
         optimized, report, ctx = optimize(start, level=level, target=target, passes=_split(only) or None,
                                           skip=_split(skip), max_fold_bytes=max_fold_bytes, input_shapes=shapes,
-                                          on_step=step)
+                                          on_step=step, explain=explained)
     result: dict[str, Any] = {"input": model_path, "output": output, "level": level, "target": target,
                               "opset": start.opset(""), "report": report.as_dict()}
+    if explained:
+        result["explain"] = explaining.entries(ctx.explanations)
+        if not as_json:
+            click.echo(explaining.format_explanations(ctx.explanations))
     summary = None
     verification = None
     if not no_verify:

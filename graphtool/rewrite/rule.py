@@ -1,0 +1,174 @@
+"""A rule = a pattern + a check + a replacement; ``RulePass`` runs a family of rules as a pass.
+
+The check says, in words, what a pattern cannot (shapes agree, a constant is 1/sqrt(d), a mask
+has a rank the kernel takes); it returns None to accept or the reason it refuses. The
+replacement builds the new nodes with ``Rewrite.add`` and returns the value that takes the
+place of the root's output. The engine then does what every fusion would otherwise repeat:
+reroute readers (the root's output keeps its name and value_info), remove the matched nodes
+nothing reads any more, drop constants left unread, and record provenance and, for
+``--explain``, why each candidate did or did not fuse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+from graphtool.ir.graph import Graph, Node
+from graphtool.pass_manager import Pass, PassContext, PassResult
+from graphtool.rewrite.match import Match, Matcher, label
+from graphtool.rewrite.naming import Namer
+from graphtool.rewrite.pattern import Pattern, root_types
+
+Check = Callable[[Match], "str | None"]
+
+
+@dataclass
+class Rule:
+    """One fusion variant. ``name`` is what ``--explain`` and the pass stats call it."""
+
+    name: str
+    pattern: Pattern
+    replace: Callable[[Match, "Rewrite"], str]
+    check: Check | None = None
+    emits: str = ""  # the op type the replacement writes: fused nodes are named after it
+
+    @property
+    def anchors(self) -> tuple[str, ...]:
+        return root_types(self.pattern)
+
+
+class Rewrite:
+    """What a replacement may do: add nodes near the match, under a name from its scope."""
+
+    def __init__(self, graph: Graph, ctx: PassContext, match: Match, namer: Namer, op_type: str):
+        self.graph, self.ctx, self.match = graph, ctx, match
+        self.name = namer(match.nodes, op_type)
+        self.op_type = op_type
+        self.near = min(match.nodes, key=lambda n: n.order)
+        self.added: list[Node] = []
+
+    def add(self, op_type: str, inputs: list[str], outputs: int | list[str] = 1, attrs: dict[str, Any] | None = None,
+            domain: str = "", suffix: str = "") -> Node:
+        name = f"{self.name}/{suffix}" if suffix else self.name
+        node = self.graph.add_node(op_type, inputs, outputs, attrs or {}, domain=domain, name=name, near=self.near)
+        self.added.append(node)
+        return node
+
+    def initializer(self, array: Any, hint: str) -> str:
+        return self.graph.add_initializer(array, f"{self.name or 'fused'}_{hint}")
+
+
+def apply(graph: Graph, ctx: PassContext, rules: list[Rule], facts: Any = None, pass_name: str = "") -> dict[str, int]:
+    """Try every rule at every node of its anchor type; returns fusions per rule."""
+    matcher = Matcher(graph, facts, ctx, ctx.opset(""))
+    namer = Namer(graph)
+    counts = {rule.name: 0 for rule in rules}
+    explain = _explaining(ctx, pass_name, rules)
+    for rule in rules:
+        for root in [n for t in rule.anchors for n in graph.nodes(t)]:
+            if not graph.has_node(root):
+                continue
+            match = _first_accepted(matcher, rule, root)
+            if match is None:
+                if explain and rule.name in explain and matcher.refusal is not None:
+                    _note(ctx, pass_name, rule, root, matcher.refusal.depth, matcher.refusal.reason)
+                continue
+            _commit(graph, ctx, rule, match, namer)
+            counts[rule.name] += 1
+            if explain and rule.name in explain:
+                _note(ctx, pass_name, rule, root, len(match.nodes), "fused", fused=True)
+    return counts
+
+
+def _first_accepted(matcher: Matcher, rule: Rule, root: Node) -> Match | None:
+    for match in matcher.matches(rule.pattern, root):
+        why = rule.check(match) if rule.check is not None else None
+        if not why:
+            return match
+        matcher.refuse(match, why)
+    return None
+
+
+def _commit(graph: Graph, ctx: PassContext, rule: Rule, match: Match, namer: Namer) -> None:
+    root_out = match.root.outputs[0]
+    info = graph.value_info.get(root_out)
+    rewrite = Rewrite(graph, ctx, match, namer, rule.emits or rule.name)
+    new_value = rule.replace(match, rewrite)
+    constants = [v for v in match.binds.values() if graph.const(v) is not None]
+    absorbed = [n.name for n in match.nodes]
+    graph.replace_all_uses(root_out, new_value)
+    graph.remove_nodes([match.root])  # the root is what the replacement stands for
+    _remove_dead(graph, match.nodes[1:])
+    producer = graph.producer(new_value)
+    if producer is not None and producer in rewrite.added:
+        graph.rename_value(new_value, root_out)  # readers and graph outputs keep the old name
+        if info is not None:
+            graph.set_value_info(root_out, info)
+    elif graph.is_output(root_out):  # the replacement is a value that already existed
+        rewrite.add("Identity", [new_value], [root_out], suffix="out")
+    for node in rewrite.added:
+        if node.name == rewrite.name:
+            ctx.absorbed(node, absorbed)
+    _drop_unread_constants(graph, constants)
+
+
+def _remove_dead(graph: Graph, nodes: list[Node]) -> None:
+    """Remove the matched nodes no one reads any more (a shared node, or one a Shape still
+    reads, stays); readers come before producers in ``nodes``, so one sweep usually does."""
+    pending = list(nodes)
+    while pending:
+        dead = [n for n in pending if graph.has_node(n) and not any(
+            graph.uses(o) or graph.is_output(o) for o in n.outputs if o)]
+        if not dead:
+            return
+        graph.remove_nodes(dead)
+        pending = [n for n in pending if graph.has_node(n)]
+
+
+def _drop_unread_constants(graph: Graph, values: list[str]) -> None:
+    for value in dict.fromkeys(values):
+        if not graph.has_value(value) or graph.uses(value) or graph.is_output(value) or graph.is_input(value):
+            continue
+        if graph.is_initializer(value):
+            graph.remove_initializer(value)
+        else:
+            producer = graph.producer(value)
+            if producer is not None and producer.op_type == "Constant":
+                graph.remove_nodes([producer])
+
+
+def _explaining(ctx: PassContext, pass_name: str, rules: list[Rule]) -> set[str]:
+    wanted = getattr(ctx, "explain", None) or set()
+    if pass_name in wanted:
+        return {r.name for r in rules}
+    return {r.name for r in rules if r.name in wanted}
+
+
+def _note(ctx: PassContext, pass_name: str, rule: Rule, root: Node, depth: int, reason: str, fused: bool = False) -> None:
+    key = (rule.name, root.name or f"#{root.id}")
+    book: dict = ctx.explanations
+    if key in book and book[key]["fused"]:
+        return  # a later iteration cannot un-fuse it
+    book[key] = {"pass": pass_name, "rule": rule.name, "node": label(root), "fused": fused, "depth": depth,
+                 "reason": reason}
+
+
+class RulePass(Pass):
+    """A pass made of rules. Subclasses list ``rules`` and may override ``facts`` and ``applies``."""
+
+    rules: ClassVar[tuple[Rule, ...]] = ()
+
+    def applies(self, graph: Graph, ctx: PassContext) -> bool:
+        return True
+
+    def facts(self, graph: Graph, ctx: PassContext) -> Any:
+        return None
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        if not self.applies(graph, ctx):
+            return PassResult(False, {"fused": 0})
+        counts = apply(graph, ctx, list(self.rules), self.facts(graph, ctx), self.name)
+        total = sum(counts.values())
+        stats = {"fused": total, **{f"rule:{k}": v for k, v in counts.items() if v}}
+        return PassResult(total > 0, stats)
