@@ -95,6 +95,7 @@ def _check_core(m: Match, q_in: str, projections: list[str]) -> str | None:
             return "the mask's broadcast shape needs opset >= 10"
     if m.get("nan_fill") is not None and m.scalar("nan_fill") != 0:
         return "the NaN guard after Softmax fills with something other than 0"
+    guard = m.get("nan_fill") is not None and mask is not None and not _finite(m.graph, mask)
     causal = None
     if m.get("causal"):
         causal = m.scalar("fill")
@@ -105,8 +106,8 @@ def _check_core(m: Match, q_in: str, projections: list[str]) -> str | None:
     ctx_reshape = m.node("ctx_reshape")
     if ctx_reshape is not None:
         ctx = ctx_reshape.inputs[0]
-        copies = {0: (q_in, 0), 1: (ctx, 1), 2: (ctx, 2), 3: (ctx, 3)}
-        if not dims.target_is(ctx_reshape.inputs[1], ctx_reshape.attr("allowzero", 0), [(q_in, 0), n, (q_in, 1), h], copies):
+        copies = {j: (ctx, j) for j in range(4)}
+        if not dims.target_is(ctx_reshape.inputs[1], ctx_reshape.attr("allowzero", 0), [(ctx, 0), n, (q_in, 1), h], copies):
             return "the Reshape after the product with v is not provably a no-op [B, N, S, h]"
     merged = m.node("merge").outputs[0]
     readers = [u for u, _ in m.graph.uses(merged) if u != m.node("out")]
@@ -118,8 +119,13 @@ def _check_core(m: Match, q_in: str, projections: list[str]) -> str | None:
                               {0: (q_in, 0), 1: (q_in, 1)})
     if not identity and _copies_head_dims(m, out):
         return "the head-merging Reshape copies a head dim (a literal 0 past dim 1)"
+    batch, seq = (q_in, 0), (q_in, 1)
+    for name in ("ctx_reshape", "merge"):
+        if m.node(name) is not None:
+            m.dims[m.node(name).inputs[0]] = [batch, n, seq, h]
+    m.dims[merged] = [batch, seq, n, h]
     m.extra.update(heads=n, head_size=h, scale=scale, causal=causal, out_identity=identity, q_in=q_in,
-                   other_readers=readers)
+                   other_readers=readers, guard=guard)
     return None
 
 
@@ -172,6 +178,27 @@ def _scale(m: Match) -> float | None:
             return None
         scale /= value
     return scale if np.isfinite(scale) and scale != 0 else None
+
+
+def _finite(graph: Graph, value: str) -> bool:
+    """The mask is provably finite: Where(c, a, b) of finite constants, through shape-only ops.
+
+    A mask that may hold -inf (TorchScript's sdpa fills with it) empties a row whose keys are all
+    padding: Softmax makes it NaN, which the sdpa guard turns into 0 and the fused kernels do not.
+    """
+    for _ in range(6):
+        const = graph.const(value)
+        if const is not None:
+            return bool(np.all(np.isfinite(const)))
+        node = graph.producer(value)
+        if node is None:
+            return False
+        if node.op_type == "Where":
+            return all(graph.const(v) is not None and np.all(np.isfinite(graph.const(v))) for v in node.inputs[1:])
+        if node.op_type not in ("Expand", "Reshape", "Unsqueeze", "Squeeze", "Identity"):
+            return False
+        value = node.inputs[0]
+    return False
 
 
 def _copies_head_dims(m: Match, reshape) -> bool:
@@ -251,8 +278,17 @@ def _attrs(m: Match) -> dict:
 
 
 def _finish(m: Match, rw: Rewrite, fused: str) -> str:
-    """Record the fused value's shape; keep the merge Reshape when its target is not [B, S, H]."""
+    """Record the fused value's shape; keep the merge Reshape when its target is not [B, S, H].
+
+    Behind a mask that may hold -inf, the sdpa NaN guard moves to the fused output: a row with no
+    visible key is NaN there and 0 in the original, and nowhere else does the output hold a NaN
+    the original's product with v would not.
+    """
     q_in = m.extra["q_in"]
+    if m.extra["guard"]:
+        nan = rw.add("IsNaN", [fused], suffix="is_nan").outputs[0]
+        zero = rw.initializer(np.zeros((), np.float32), "zero")
+        fused = rw.add("Where", [nan, zero, fused], suffix="nan_guard").outputs[0]
     shape = m.facts.shapes.shape(q_in)
     if shape is not None:
         record_shape(m.graph, m.facts.shapes, fused, [shape[0], shape[1], m.extra["heads"] * m.extra["head_size"]], 1)

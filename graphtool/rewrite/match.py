@@ -57,6 +57,9 @@ class Match:
     facts: Any = None
     ctx: Any = None
     extra: dict[str, Any] = field(default_factory=dict)  # what a check learned, for the replacement
+    # Shapes a check proved for values inside the match, a piece per dim: an int, or (value, axis)
+    # of a value that outlives the match. The engine answers those values' Shape readers from them.
+    dims: dict[str, list[Any]] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> str:
         return self.binds[name]

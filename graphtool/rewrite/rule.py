@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
+import numpy as np
+
 from graphtool.ir.graph import Graph, Node
 from graphtool.pass_manager import Pass, PassContext, PassResult
 from graphtool.rewrite.match import Match, Matcher, label
@@ -99,6 +101,7 @@ def _commit(graph: Graph, ctx: PassContext, rule: Rule, match: Match, namer: Nam
     absorbed = [n.name for n in match.nodes]
     graph.replace_all_uses(root_out, new_value)
     graph.remove_nodes([match.root])  # the root is what the replacement stands for
+    _answer_shape_readers(graph, match, rewrite)
     _remove_dead(graph, match.nodes[1:])
     producer = graph.producer(new_value)
     if producer is not None and producer in rewrite.added:
@@ -111,6 +114,37 @@ def _commit(graph: Graph, ctx: PassContext, rule: Rule, match: Match, namer: Nam
         if node.name == rewrite.name:
             ctx.absorbed(node, absorbed)
     _drop_unread_constants(graph, constants)
+
+
+def _answer_shape_readers(graph: Graph, match: Match, rewrite: Rewrite) -> None:
+    """A Shape of a value inside the match would keep the matched nodes alive just for their
+    shape: read the proven dims (``Match.dims``) from the values that outlive the match instead."""
+    for value, pieces in match.dims.items():
+        for reader in [u for u, _ in graph.uses(value) if u.op_type == "Shape" and u not in rewrite.added]:
+            start, end = reader.attr("start", 0), reader.attr("end", len(pieces))
+            graph.replace_all_uses(reader.outputs[0], _shape_of(rewrite, pieces[slice(start, end)]))
+            graph.remove_nodes([reader])
+
+
+def _shape_of(rw: Rewrite, pieces: list[Any]) -> str:
+    """A 1-D int64 tensor of the pieces: constants, and single dims of other values' shapes."""
+    if not pieces or all(isinstance(p, int) for p in pieces):
+        return rw.initializer(np.array(pieces, np.int64), "shape")
+    parts = []
+    for piece in pieces:
+        if isinstance(piece, int):
+            parts.append(rw.initializer(np.array([piece], np.int64), "dim"))
+        elif rw.ctx.opset("") >= 15:
+            value, axis = piece
+            parts.append(rw.add("Shape", [value], attrs={"start": axis, "end": axis + 1}, suffix="dim").outputs[0])
+        else:
+            value, axis = piece
+            shape = rw.add("Shape", [value], suffix="shape").outputs[0]
+            index = rw.initializer(np.array([axis], np.int64), "axis")
+            parts.append(rw.add("Gather", [shape, index], attrs={"axis": 0}, suffix="dim").outputs[0])
+    if len(parts) == 1:
+        return parts[0]
+    return rw.add("Concat", parts, attrs={"axis": 0}, suffix="shape").outputs[0]
 
 
 def _remove_dead(graph: Graph, nodes: list[Node]) -> None:
