@@ -84,7 +84,10 @@ class Match:
 
 @dataclass
 class Refusal:
-    depth: int  # matched op nodes when it failed: bigger = nearer a match
+    # matched op nodes when it failed: bigger = nearer a match. A node of the right op type that
+    # fails an attribute or input constraint counts itself: that beats "the pattern has another op"
+    # at the same place, so Softmax(axis=2) is explained by its axis, not by the alternatives.
+    depth: int
     reason: str
 
 
@@ -234,18 +237,18 @@ class Matcher:
             if actual is None:
                 actual = _attr_default(node.op_type, node.domain, name, self.opset)
             if not _same(actual, wanted):
-                self._refuse(depth, f"{label(node)}: {name}={actual!r}, the pattern wants {wanted!r}")
+                self._refuse(depth + 1, f"{label(node)}: {name}={actual!r}, the pattern wants {wanted!r}")
                 return
         inputs = list(node.inputs)
         while len(inputs) > len(pattern.inputs) and not inputs[-1]:
             inputs.pop()  # trailing omitted optional inputs
         if len(inputs) != len(pattern.inputs):
-            self._refuse(depth, f"{label(node)} has {len(inputs)} inputs, the pattern {len(pattern.inputs)}")
+            self._refuse(depth + 1, f"{label(node)} has {len(inputs)} inputs, the pattern {len(pattern.inputs)}")
             return
         if pattern.where is not None:
             why = pattern.where(self, node)
             if why:
-                self._refuse(depth, f"{label(node)}: {why}")
+                self._refuse(depth + 1, f"{label(node)}: {why}")
                 return
         st = st.with_node(pattern, node)
         orders = [inputs]

@@ -64,6 +64,9 @@ class OneOf:
     def __init__(self, *values: Any):
         object.__setattr__(self, "values", values)
 
+    def __repr__(self) -> str:  # what --explain prints: "axis=2, the pattern wants one of -1, 3"
+        return "one of " + ", ".join("absent" if v is None else repr(v) for v in self.values)
+
 
 @dataclass(eq=False)
 class OpPattern(Pattern):

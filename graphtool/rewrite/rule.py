@@ -76,10 +76,10 @@ def apply(graph: Graph, ctx: PassContext, rules: list[Rule], facts: Any = None, 
                 if explain and rule.name in explain and matcher.refusal is not None:
                     _note(ctx, pass_name, rule, root, matcher.refusal.depth, matcher.refusal.reason)
                 continue
+            if explain and rule.name in explain:  # before the commit removes the root
+                _note(ctx, pass_name, rule, root, len(match.nodes), "fused", fused=True)
             _commit(graph, ctx, rule, match, namer)
             counts[rule.name] += 1
-            if explain and rule.name in explain:
-                _note(ctx, pass_name, rule, root, len(match.nodes), "fused", fused=True)
     return counts
 
 
@@ -122,8 +122,12 @@ def _answer_shape_readers(graph: Graph, match: Match, rewrite: Rewrite) -> None:
     for value, pieces in match.dims.items():
         for reader in [u for u, _ in graph.uses(value) if u.op_type == "Shape" and u not in rewrite.added]:
             start, end = reader.attr("start", 0), reader.attr("end", len(pieces))
-            graph.replace_all_uses(reader.outputs[0], _shape_of(rewrite, pieces[slice(start, end)]))
+            shape, old = _shape_of(rewrite, pieces[slice(start, end)]), reader.outputs[0]
             graph.remove_nodes([reader])
+            if graph.producer(shape) in rewrite.added:
+                graph.rename_value(shape, old)  # readers and graph outputs keep the old name
+            else:
+                rewrite.add("Identity", [shape], [old], suffix="shape")
 
 
 def _shape_of(rw: Rewrite, pieces: list[Any]) -> str:

@@ -106,3 +106,38 @@ def test_upgrade_opset_unlocks_standard_fusions(run_cli, tmp_path):
     assert ops.count("Gelu") == 2 and ops.count("LayerNormalization") == 5 and "Erf" not in ops
     r = run_cli("optimize", src, "-o", str(tmp_path / "down.onnx"), "--upgrade-opset", "13")
     assert r.exit_code == 2 and "downgrade" in r.stderr
+
+
+@pytest.mark.parametrize("variant, reason", [
+    ({"softmax_axis": 2}, "Softmax #15: axis=2, the pattern wants one of -1, 3"),
+    ({"scores_output": True}, "is a graph output"),
+    ({"causal": True, "causal_fill": -10.0}, "check: the Where fill -10.0 is not a hard mask"),
+])
+def test_explain_names_the_constraint_that_stopped_attention(tmp_path, variant, reason):
+    """--explain RULE: for the candidate that nearly matched, the first constraint that failed."""
+    from tests.passes.test_attention import attention_model
+
+    src, out = tmp_path / "attention.onnx", tmp_path / "out.onnx"
+    onnx.save(attention_model(**variant), src)
+    proc = _graphtool("optimize", str(src), "-o", str(out), "--level", "2", "--target", "ort",
+                      "--explain", "self-attention", "--json")
+    assert proc.returncode == 0, proc.stderr
+    entries = json.loads(proc.stdout)["explain"]
+    near = [e for e in entries if e["depth"] >= 2]
+    assert len(near) == 1 and not near[0]["fused"] and near[0]["rule"] == "self-attention"
+    assert reason in near[0]["reason"]
+    text = _graphtool("optimize", str(src), "-o", str(out), "--level", "2", "--target", "ort",
+                      "--explain", "self-attention")
+    assert f"self-attention: Reshape #18: refused after" in text.stdout or reason in text.stdout
+
+
+def test_explain_lists_fused_candidates_and_rejects_unknown_rules(tmp_path):
+    from tests.passes.test_attention import attention_model
+
+    src, out = tmp_path / "attention.onnx", tmp_path / "out.onnx"
+    onnx.save(attention_model(), src)
+    proc = _graphtool("optimize", str(src), "-o", str(out), "--level", "2", "--target", "ort",
+                      "--explain", "self-attention")
+    assert proc.returncode == 0 and ": fused" in proc.stdout
+    bad = _graphtool("optimize", str(src), "-o", str(out), "--level", "2", "--explain", "no-such-rule")
+    assert bad.returncode == 2 and "unknown rule 'no-such-rule'" in bad.stderr
