@@ -119,14 +119,33 @@ def _check_core(m: Match, q_in: str, projections: list[str]) -> str | None:
                               {0: (q_in, 0), 1: (q_in, 1)})
     if not identity and _copies_head_dims(m, out):
         return "the head-merging Reshape copies a head dim (a literal 0 past dim 1)"
-    batch, seq = (q_in, 0), (q_in, 1)
-    for name in ("ctx_reshape", "merge"):
-        if m.node(name) is not None:
-            m.dims[m.node(name).inputs[0]] = [batch, n, seq, h]
-    m.dims[merged] = [batch, seq, n, h]
+    _prove_dims(m, [m["x"]] * 3 if m.get("x") else [m["q"], m["k"], m["v"]], n, h)
     m.extra.update(heads=n, head_size=h, scale=scale, causal=causal, out_identity=identity, q_in=q_in,
                    other_readers=readers, guard=guard)
     return None
+
+
+def _prove_dims(m: Match, sources: list[str], n: int, h: int) -> None:
+    """Dims of the values inside the match, for Shape readers (TorchScript reads a head split's
+    or the context's shape to build later Reshape targets): the head splits, then through the
+    Transposes and scalar Muls/Divs that follow them; the context and its merge. Each dim is
+    read from a value outside the match (x, or the q/k/v inputs): the projections keep [B, S]."""
+    for t, proj in zip("qkv", sources):
+        m.dims[m.node(f"rs_{t}").outputs[0]] = [(proj, 0), (proj, 1), n, h]
+    for node in reversed(m.nodes):  # producers first
+        pieces = m.dims.get(node.inputs[0]) if node.inputs else None
+        if pieces is None:
+            continue
+        if node.op_type == "Transpose" and node.attr("perm") and len(node.attr("perm")) == len(pieces):
+            m.dims[node.outputs[0]] = [pieces[p] for p in node.attr("perm")]
+        elif node.op_type in ("Mul", "Div") and m.graph.const(node.inputs[1]) is not None \
+                and m.graph.const(node.inputs[1]).size == 1 and m.graph.const(node.inputs[1]).ndim <= len(pieces):
+            m.dims[node.outputs[0]] = pieces
+    batch, seq = (sources[0], 0), (sources[0], 1)
+    for name in ("ctx_reshape", "merge"):
+        if m.node(name) is not None:
+            m.dims[m.node(name).inputs[0]] = [batch, n, seq, h]
+    m.dims[m.node("merge").outputs[0]] = [batch, seq, n, h]
 
 
 def _heads(m: Match, reshape, proj: str) -> tuple[int, int] | None:

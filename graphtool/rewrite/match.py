@@ -60,6 +60,20 @@ class Match:
     # Shapes a check proved for values inside the match, a piece per dim: an int, or (value, axis)
     # of a value that outlives the match. The engine answers those values' Shape readers from them.
     dims: dict[str, list[Any]] = field(default_factory=dict)
+    shared: frozenset[int] = frozenset()  # ids of matched nodes the pattern lets outside readers read
+
+    def unanswered_shape_reader(self) -> str | None:
+        """A Shape reading a value inside the match whose dims the check did not prove: the
+        matched ops would stay in the graph for it and run beside the fused op."""
+        inside = {n.id for n in self.nodes}
+        for node in self.nodes[1:]:
+            if node.id in self.shared:
+                continue
+            for out in node.outputs:
+                for user in self.graph.consumers(out) if out and out not in self.dims else ():
+                    if user.id not in inside and user.op_type == "Shape":
+                        return f"'{out}' ({label(node)}) is read by {label(user)} and its shape is not proven"
+        return None
 
     def __getitem__(self, name: str) -> str:
         return self.binds[name]
@@ -148,7 +162,8 @@ class Matcher:
             if leak:
                 self._refuse(len(state.order), leak)
                 continue
-            yield Match(self.graph, root, state.binds, state.names, state.order, self.facts, self.ctx)
+            yield Match(self.graph, root, state.binds, state.names, state.order, self.facts, self.ctx,
+                        shared=state.shared)
 
     def refuse(self, match: Match, reason: str) -> None:
         """A check's refusal of a complete match counts as the deepest failure there is."""
@@ -186,7 +201,10 @@ class Matcher:
                 self._refuse(depth, f"{var.name} is '{bound}' in one place and '{value}' in another")
             return
         if not value:
-            self._refuse(depth, f"{var.name}: the input is omitted")
+            if var.omittable:
+                yield st
+            else:
+                self._refuse(depth, f"{var.name}: the input is omitted")
             return
         if var.const or var.scalar:
             array = self.graph.const(value)
@@ -242,6 +260,8 @@ class Matcher:
         inputs = list(node.inputs)
         while len(inputs) > len(pattern.inputs) and not inputs[-1]:
             inputs.pop()  # trailing omitted optional inputs
+        while len(inputs) < len(pattern.inputs) and getattr(pattern.inputs[len(inputs)], "omittable", False):
+            inputs.append("")  # an optional input the node leaves out, the pattern allows
         if len(inputs) != len(pattern.inputs):
             self._refuse(depth + 1, f"{label(node)} has {len(inputs)} inputs, the pattern {len(pattern.inputs)}")
             return

@@ -35,13 +35,15 @@ class Pattern:
 
 @dataclass(eq=False)
 class Var(Pattern):
-    """Any value; binds ``name`` to it. ``const``: must be a constant; ``scalar``: one element."""
+    """Any value; binds ``name`` to it. ``const``: must be a constant; ``scalar``: one element.
+    ``omittable``: an optional input the node may leave out (Clip's min); then nothing is bound."""
 
     name: str
     const: bool = False
     scalar: bool = False
     rank: int | None = None
     where: ValueCheck | None = None
+    omittable: bool = False
 
     def describe(self) -> str:
         return self.name
@@ -51,8 +53,8 @@ def Const(name: str, rank: int | None = None, where: ValueCheck | None = None) -
     return Var(name, const=True, rank=rank, where=where)
 
 
-def Scalar(name: str, where: ValueCheck | None = None) -> Var:  # noqa: N802
-    return Var(name, const=True, scalar=True, where=where)
+def Scalar(name: str, where: ValueCheck | None = None, omittable: bool = False) -> Var:  # noqa: N802
+    return Var(name, const=True, scalar=True, where=where, omittable=omittable)
 
 
 @dataclass(frozen=True)

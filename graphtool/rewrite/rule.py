@@ -85,7 +85,7 @@ def apply(graph: Graph, ctx: PassContext, rules: list[Rule], facts: Any = None, 
 
 def _first_accepted(matcher: Matcher, rule: Rule, root: Node) -> Match | None:
     for match in matcher.matches(rule.pattern, root):
-        why = rule.check(match) if rule.check is not None else None
+        why = (rule.check(match) if rule.check is not None else None) or match.unanswered_shape_reader()
         if not why:
             return match
         matcher.refuse(match, why)
@@ -98,7 +98,7 @@ def _commit(graph: Graph, ctx: PassContext, rule: Rule, match: Match, namer: Nam
     rewrite = Rewrite(graph, ctx, match, namer, rule.emits or rule.name)
     new_value = rule.replace(match, rewrite)
     constants = [v for v in match.binds.values() if graph.const(v) is not None]
-    absorbed = [n.name for n in match.nodes]
+    absorbed = [n.name for n in reversed(match.nodes)]  # producers first, as the graph reads
     graph.replace_all_uses(root_out, new_value)
     graph.remove_nodes([match.root])  # the root is what the replacement stands for
     _answer_shape_readers(graph, match, rewrite)
