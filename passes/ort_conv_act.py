@@ -1,115 +1,88 @@
-"""Conv (+ residual Add) (+ activation) → com.microsoft FusedConv (``--target ort``).
+"""Conv (+ residual Add) (+ activation) → com.microsoft FusedConv (``--target ort``), as rules.
 
 onnxruntime's CPU FusedConv applies the activation — and adds an optional same-shaped ``Z`` — while
 the convolution's output is still in cache, instead of re-reading it for every following op.
 ORT's own extended level fuses Conv+activation only; residual blocks (Conv → Add → Relu, the whole
-of ResNet) keep two extra ops per block there. This pass takes both.
-
-Rule, anchored on each Conv::
+of ResNet) keep two extra ops per block there. This pass takes both::
 
     c = Conv(x, W, B?, attrs)
     s = Add(c, z) | Sum(c, z)          (optional; z provably has c's exact shape)
     y = act(s | c)                     (optional; one of the kernel's activations)
     ⇒  y = FusedConv(x, W, B?, z?, attrs, activation=act, activation_params=[...])
 
-Activations (what the CPU kernel implements, checked against ORT 1.32): Relu, Sigmoid, Tanh,
-LeakyRelu(alpha), HardSigmoid(alpha, beta), HardSwish, Clip(min, max) with constant bounds.
-It refuses when an intermediate value has another reader or is a graph output, when z could
-broadcast (its shape is not provably c's), when the dtype is not float32, or when there is
-nothing to fuse (a Conv alone stays a Conv).
+Activations (``_activation_parts``): Relu, Sigmoid, Tanh, LeakyRelu(alpha), HardSigmoid(alpha,
+beta), HardSwish, Clip(min, max) with constant float32 bounds. The check refuses when x is not
+float32, or z is a constant or could broadcast (its shape is not provably c's); the engine
+refuses when an intermediate value has another reader or is a graph output. A Conv alone has
+nothing to fuse: every rule is rooted at the activation or the Add.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from graphtool.ir.graph import Graph
+from graphtool.pass_manager import PassContext, register
+from graphtool.passes import _activation_parts as acts
+from graphtool.passes._fuse_common import attr_protos
+from graphtool.passes._ort_common import MS_DOMAIN, contrib_allowed, record_shape, use_ms_domain
+from graphtool.rewrite import Const, Match, Rewrite, Rule, RulePass, Var, either, op
 
-from graphtool.ir.graph import Graph, Node
-from graphtool.pass_manager import Pass, PassContext, PassResult, register
-from graphtool.passes._fuse_common import Namer, attr_protos, drop_dead_constants, graph_opset, is_op, other_input, sole_user
-from graphtool.passes._ort_common import Dims, Shapes, contrib_allowed, record_shape, replace_with, use_ms_domain
+x, w, b, z = Var("x"), Var("w"), Var("b"), Var("z")
+conv = either(op.Conv(x, w, b, _name="conv"), op.Conv(x, w, _name="conv"))
+summed = either(op.Add(conv, z, _name="sum"), op.Sum(conv, z, _name="sum"))
+s = either(summed, conv)
+activation = either(op.Relu(s, _types=acts.CONV_ACTIVATIONS, _name="act"),
+                    # bounds: inputs from opset 11 (either may be left out), attributes before
+                    op.Clip(s, Var("lo", omittable=True), Var("hi", omittable=True), _name="act"))
 
-FLOAT_MAX = float(np.finfo(np.float32).max)
 
-
-def activation_params(graph: Graph, node: Node, opset: int) -> tuple[str, list[float]] | None:
-    """(activation name, params) for an activation FusedConv can apply, else None."""
-    op = node.op_type
-    if op in ("Relu", "Sigmoid", "Tanh", "HardSwish"):
-        return op, []
-    if op == "LeakyRelu":
-        return op, [float(node.attr("alpha", 0.01))]
-    if op == "HardSigmoid":
-        return op, [float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5))]
-    if op == "Clip":
-        if opset < 11:
-            return op, [float(node.attr("min", -FLOAT_MAX)), float(node.attr("max", FLOAT_MAX))]
-        bounds = []
-        for slot, default in ((1, -FLOAT_MAX), (2, FLOAT_MAX)):
-            value = node.inputs[slot] if len(node.inputs) > slot else ""
-            if not value:
-                bounds.append(default)
-                continue
-            array = graph.const(value)
-            if array is None or array.size != 1 or array.dtype != np.float32:
-                return None
-            bounds.append(float(array.reshape(-1)[0]))
-        return op, bounds
+def check(m: Match) -> str | None:
+    if not m.facts.shapes.is_float(m["x"]):
+        return "x is not float32 (FusedConv's type)"
+    c = m.node("conv").outputs[0]
+    if m.get("z"):
+        if m["z"] == c:
+            return "the Add adds the Conv's output to itself"
+        if m.graph.const(m["z"]) is not None:
+            return "z is a constant (a bias, not a residual)"
+        if not m.facts.same_shape(c, m["z"]):
+            return "z does not provably have the Conv output's shape (it could broadcast)"
+    act = m.node("act")
+    if act is not None:
+        bounds = acts.clip_bounds(m.graph, act, m.facts.opset) if act.op_type == "Clip" else None
+        if isinstance(bounds, str):
+            return bounds
+        m.extra["act"] = (act.op_type, bounds if bounds is not None else [v for _, v in acts.params(act)])
     return None
 
 
-def same_shape(dims: Dims, a: str, b: str) -> bool:
-    ra, rb = dims.shapes.rank(a), dims.shapes.rank(b)
-    return ra is not None and ra == rb and all(dims.equal((a, i), (b, i)) for i in range(ra))
+def emit(m: Match, rw: Rewrite) -> str:
+    conv_node = m.node("conv")
+    inputs = list(conv_node.inputs)
+    if m.get("z"):  # X, W, B ('' when the Conv has none), Z
+        inputs = (inputs + ["", ""])[:3] + [m["z"]]
+    attrs = attr_protos(conv_node)
+    if "act" in m.extra:
+        attrs["activation"], params = m.extra["act"]
+        if params:
+            attrs["activation_params"] = params
+    use_ms_domain(m.ctx)
+    out = rw.add("FusedConv", inputs, attrs=attrs, domain=MS_DOMAIN).outputs[0]
+    record_shape(m.graph, m.facts.shapes, out, m.facts.shapes.shape(conv_node.outputs[0]), 1)
+    return out
+
+
+CONV_ACTIVATION = Rule("conv-activation", activation, emit, check, emits="FusedConv")
+CONV_ADD = Rule("conv-add", summed, emit, check, emits="FusedConv")  # after: an Add no activation took
 
 
 @register(level=2, target="ort", priority=75)
-class OrtFusedConv(Pass):
+class OrtFusedConv(RulePass):
     """Conv + optional same-shaped Add + activation → com.microsoft FusedConv."""
 
-    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        counts = {"fused": 0, "with_sum": 0}
-        if not contrib_allowed(graph, ctx, "FusedConv"):
-            return PassResult(False, counts)
-        opset = graph_opset(graph, ctx)
-        shapes = Shapes(graph, ctx)
-        dims = Dims(graph, shapes)
-        namer = Namer(graph)
-        for conv in graph.nodes("Conv"):
-            if not graph.has_node(conv) or not is_op(conv, "Conv") or len(conv.outputs) != 1:
-                continue
-            out = conv.outputs[0]
-            chain, z, act = [conv], "", None
-            user = sole_user(graph, out)
-            if is_op(user, "Add", "Sum") and len(user.inputs) == 2:
-                other = other_input(user, out)
-                if other is not None and graph.const(other) is None and same_shape(dims, out, other):
-                    z = other
-                    chain.append(user)
-                    user = sole_user(graph, user.outputs[0])
-            if is_op(user, "Relu", "Sigmoid", "Tanh", "HardSwish", "LeakyRelu", "HardSigmoid", "Clip"):
-                act = activation_params(graph, user, opset)
-                if act is not None:
-                    chain.append(user)
-            if len(chain) == 1 or not shapes.is_float(conv.inputs[0]):
-                continue
-            final = chain[-1].outputs[0]
-            final_shape = shapes.shape(out)
-            inputs = list(conv.inputs)
-            if z:  # X, W, B ('' when the Conv has none), Z
-                inputs = (inputs + ["", ""])[:3] + [z]
-            attrs = attr_protos(conv)
-            if act is not None:
-                attrs["activation"] = act[0]
-                if act[1]:
-                    attrs["activation_params"] = act[1]
-            leftovers = chain[-1].inputs[1:] if act and act[0] == "Clip" else []
-            use_ms_domain(ctx)
-            name = namer(chain, "FusedConv", fallback=conv.name)
-            absorbed = [n.name or n.op_type for n in chain]
-            node = replace_with(graph, chain, "FusedConv", inputs, [final], attrs, name=name)
-            record_shape(graph, shapes, final, final_shape, 1)
-            ctx.absorbed(node, absorbed)
-            drop_dead_constants(graph, leftovers)
-            counts["fused"] += 1
-            counts["with_sum"] += bool(z)
-        return PassResult(counts["fused"] > 0, counts)
+    rules = (CONV_ACTIVATION, CONV_ADD)
+
+    def applies(self, graph: Graph, ctx: PassContext) -> bool:
+        return contrib_allowed(graph, ctx, "FusedConv")
+
+    def facts(self, graph: Graph, ctx: PassContext) -> acts.Facts:
+        return acts.Facts(graph, ctx)

@@ -11,143 +11,131 @@ Two onnxruntime contrib ops that absorb the cheap op next to a matrix product:
   with a scalar constant c → ``alpha``. The Transpose of a constant is left to constant folding
   (a folded weight costs nothing at run time).
 
-Both refuse when an absorbed value has another reader or is a graph output, or when the dtype is
-not float32; a scale constant must be a one-element tensor of rank <= the product's rank (so it
-cannot broadcast the result to a bigger shape).
+As rules (``graphtool.rewrite``)::
+
+    gemm-activation     act(Gemm(A, B, C?))
+    scaled-matmul       MatMul(T?(A (* c)?), T?(B)) * c  |  ... / c
+    transposed-matmul   MatMul(T?(A (* c)?), T?(B))       (something besides the MatMul to absorb)
+
+Both refuse when an absorbed value has another reader (a Shape too) or is a graph output, or when
+the dtype is not float32; a scale constant must be a one-element tensor of rank <= the rank of
+what it scales (A's, or the product's), so it cannot broadcast the result to a bigger shape.
 """
 
 from __future__ import annotations
 
 from graphtool.ir.graph import Graph, Node
-from graphtool.pass_manager import Pass, PassContext, PassResult, register
-from graphtool.passes._fuse_common import Namer, attr_protos, drop_dead_constants, is_op, only_feeds, other_input, scalar_const, sole_user
-from graphtool.passes._ort_common import Shapes, contrib_allowed, producer_op, record_shape, replace_with, use_ms_domain
+from graphtool.pass_manager import PassContext, register
+from graphtool.passes import _activation_parts as acts
+from graphtool.passes._fuse_common import attr_protos, scalar_const
+from graphtool.passes._ort_common import MS_DOMAIN, contrib_allowed, record_shape, use_ms_domain
+from graphtool.rewrite import Match, Rewrite, Rule, RulePass, Scalar, Var, either, op
 
-GEMM_ACTIVATIONS = {
-    "Relu": (), "Sigmoid": (), "Tanh": (), "Softplus": (), "Softsign": (),
-    "LeakyRelu": (("alpha", 0.01),), "HardSigmoid": (("alpha", 0.2), ("beta", 0.5)), "Elu": (("alpha", 1.0),),
-    "Selu": (("alpha", 1.67326319217681884765625), ("gamma", 1.05070102214813232421875)),
-    "ThresholdedRelu": (("alpha", 1.0),),
-}
+a, b, c = Var("a"), Var("b"), Var("c")
+gemm = either(op.Gemm(a, b, c, _name="gemm"), op.Gemm(a, b, _name="gemm"))
+
+
+def check_gemm(m: Match) -> str | None:
+    if not m.facts.shapes.is_float(m["a"]):
+        return "A is not float32 (FusedGemm's type)"
+    return None
+
+
+def emit_gemm(m: Match, rw: Rewrite) -> str:
+    gemm_node, act = m.node("gemm"), m.root
+    attrs = attr_protos(gemm_node)
+    attrs["activation"] = act.op_type
+    attrs.update((f"activation_{key}", value) for key, value in acts.params(act))
+    use_ms_domain(m.ctx)
+    out = rw.add("FusedGemm", list(gemm_node.inputs), attrs=attrs, domain=MS_DOMAIN).outputs[0]
+    record_shape(m.graph, m.facts.shapes, out, m.facts.shapes.shape(gemm_node.outputs[0]), 1)
+    return out
+
+
+GEMM_ACTIVATION = Rule("gemm-activation", op.Relu(gemm, _types=acts.GEMM_ACTIVATIONS), emit_gemm, check_gemm,
+                       emits="FusedGemm")
 
 
 @register(level=2, target="ort", priority=75)
-class OrtFusedGemm(Pass):
+class OrtFusedGemm(RulePass):
     """Gemm followed by an activation → com.microsoft FusedGemm."""
 
-    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        fused = 0
-        if not contrib_allowed(graph, ctx, "FusedGemm"):
-            return PassResult(False, {"fused": 0})
-        shapes = Shapes(graph, ctx)
-        namer = Namer(graph)
-        for gemm in graph.nodes("Gemm"):
-            if not graph.has_node(gemm) or not is_op(gemm, "Gemm"):
-                continue
-            act = sole_user(graph, gemm.outputs[0])
-            if not is_op(act, *GEMM_ACTIVATIONS) or not shapes.is_float(gemm.inputs[0]):
-                continue
-            attrs = attr_protos(gemm)
-            attrs["activation"] = act.op_type
-            for key, default in GEMM_ACTIVATIONS[act.op_type]:
-                attrs[f"activation_{key}"] = float(act.attr(key, default))
-            out = act.outputs[0]
-            out_shape = shapes.shape(gemm.outputs[0])
-            use_ms_domain(ctx)
-            name = namer([gemm, act], "FusedGemm", fallback=gemm.name)
-            absorbed = [gemm.name or "Gemm", act.name or act.op_type]
-            node = replace_with(graph, [gemm, act], "FusedGemm", list(gemm.inputs), [out], attrs, name=name)
-            record_shape(graph, shapes, out, out_shape, 1)
-            ctx.absorbed(node, absorbed)
-            fused += 1
-        return PassResult(fused > 0, {"fused": fused})
+    rules = (GEMM_ACTIVATION,)
+
+    def applies(self, graph: Graph, ctx: PassContext) -> bool:
+        return contrib_allowed(graph, ctx, "FusedGemm")
+
+    def facts(self, graph: Graph, ctx: PassContext) -> acts.Facts:
+        return acts.Facts(graph, ctx)
 
 
-def _swapped_input(graph: Graph, shapes: Shapes, value: str, matmul: Node) -> str | None:
-    """x when ``value`` = Transpose(x) swapping only the last two axes, read only by ``matmul``."""
-    tr = producer_op(graph, value, "Transpose")
-    if tr is None or not only_feeds(graph, value, matmul) or graph.const(tr.inputs[0]) is not None:
-        return None
-    perm = tr.attr("perm")
-    rank = shapes.rank(tr.inputs[0])
+def _swaps_last_two(m: Match, tr: Node) -> str | None:
+    """None when the Transpose swaps only the last two axes of a value that is not a constant."""
+    if m.graph.const(tr.inputs[0]) is not None:
+        return f"the Transpose '{tr.name}' is of a constant (constant folding's job)"
+    perm, rank = tr.attr("perm"), m.facts.shapes.rank(tr.inputs[0])
     if perm is None:
         perm = list(range(rank - 1, -1, -1)) if rank is not None else None
-    if perm is None or len(perm) < 2 or (rank is not None and rank != len(perm)):
-        return None
-    n = len(perm)
-    return tr.inputs[0] if list(perm) == [*range(n - 2), n - 1, n - 2] else None
+    n = len(perm) if perm is not None else 0
+    if n < 2 or (rank is not None and rank != n) or list(perm) != [*range(n - 2), n - 1, n - 2]:
+        return f"the Transpose '{tr.name}' (perm {perm}) does not swap only the last two axes"
+    return None
+
+
+def check_matmul(m: Match) -> str | None:
+    shapes, mm = m.facts.shapes, m.node("mm")
+    if not (shapes.is_float(mm.inputs[0]) or shapes.is_float(mm.outputs[0])):
+        return "the MatMul is not float32 (FusedMatMul's type)"
+    if (shapes.rank(mm.inputs[0]) or 0) < 2 or (shapes.rank(mm.inputs[1]) or 0) < 2:
+        return "an operand is 1-D or of unknown rank (MatMul's vector rules)"
+    if len(m.nodes) == 1:
+        return "nothing to fuse: a MatMul alone stays a MatMul"
+    alpha = 1.0
+    for tr in (m.node("ta"), m.node("tb")):
+        why = _swaps_last_two(m, tr) if tr is not None else None
+        if why:
+            return why
+    if m.get("sa"):
+        a_rank = shapes.rank(m["a"])  # the scale's rank must not grow A's
+        factor = scalar_const(m.graph, m["sa"], a_rank) if a_rank is not None else None
+        if factor is None or m.graph.const(m["a"]) is not None:
+            return "the scale of A is not a finite scalar of a rank <= A's, or A is a constant"
+        alpha *= factor
+    out = m.node("out_scale")
+    if out is not None:
+        factor = scalar_const(m.graph, m["so"], shapes.rank(mm.outputs[0]) or 0)
+        if factor is None or (out.op_type == "Div" and factor == 0.0):
+            return "the output scale is not a finite (non-zero, for Div) scalar of a rank <= the product's"
+        alpha *= factor if out.op_type == "Mul" else 1.0 / factor
+    m.extra["alpha"] = alpha
+    return None
+
+
+def emit_matmul(m: Match, rw: Rewrite) -> str:
+    attrs = {"alpha": float(m.extra["alpha"])}
+    attrs.update((key, 1) for key, name in (("transA", "ta"), ("transB", "tb")) if m.node(name) is not None)
+    use_ms_domain(m.ctx)
+    out = rw.add("FusedMatMul", [m["a"], m["b"]], attrs=attrs, domain=MS_DOMAIN).outputs[0]
+    record_shape(m.graph, m.facts.shapes, out, m.facts.shapes.shape(m.root.outputs[0]), 1)
+    return out
+
+
+_a = either(op.Mul(a, Scalar("sa"), _name="a_scale"), a)
+_mm = op.MatMul(either(op.Transpose(_a, _name="ta"), _a), either(op.Transpose(b, _name="tb"), b), _name="mm")
+SCALED_MATMUL = Rule("scaled-matmul", either(op.Mul(_mm, Scalar("so"), _name="out_scale"),
+                                             op.Div(_mm, Scalar("so"), _name="out_scale")),
+                     emit_matmul, check_matmul, emits="FusedMatMul")
+TRANSPOSED_MATMUL = Rule("transposed-matmul", _mm, emit_matmul, check_matmul, emits="FusedMatMul")
 
 
 @register(level=2, target="ort", priority=76, name="ort-fused-matmul")
-class OrtFusedMatMul(Pass):
+class OrtFusedMatMul(RulePass):
     """MatMul with last-two-axes Transposes and/or a scalar scale → com.microsoft FusedMatMul."""
 
-    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        counts = {"fused": 0, "transposes": 0, "scales": 0}
-        if not contrib_allowed(graph, ctx, "FusedMatMul"):
-            return PassResult(False, counts)
-        shapes = Shapes(graph, ctx)
-        namer = Namer(graph)
-        for mm in graph.nodes("MatMul"):
-            if not graph.has_node(mm) or not is_op(mm, "MatMul"):
-                continue
-            a, b = mm.inputs
-            if not (shapes.is_float(a) or shapes.is_float(mm.outputs[0])):
-                continue
-            if (shapes.rank(a) or 0) < 2 or (shapes.rank(b) or 0) < 2:
-                continue  # 1-D operands (or unknown ranks): MatMul's vector rules, not worth the risk
-            a_reader = mm
-            chain: list[Node] = [mm]
-            attrs: dict = {}
-            alpha = 1.0
-            leftovers: list[str] = []
-            out_rank = shapes.rank(mm.outputs[0])
-            max_rank = out_rank if out_rank is not None else 0
-            # inputs: Transposes and a scaled A
-            for slot, key in ((0, "transA"), (1, "transB")):
-                value = mm.inputs[slot]
-                x = _swapped_input(graph, shapes, value, mm)
-                if x is not None:
-                    chain.append(graph.producer(value))
-                    attrs[key] = 1
-                    if slot == 0:
-                        a, a_reader = x, chain[-1]
-                    else:
-                        b = x
-                    counts["transposes"] += 1
-            scaled = producer_op(graph, a, "Mul")
-            a_rank = shapes.rank(a)
-            if scaled is not None and a_rank is not None and only_feeds(graph, a, a_reader):
-                for x, c in (scaled.inputs, scaled.inputs[::-1]):
-                    factor = scalar_const(graph, c, a_rank)
-                    if factor is not None and graph.const(x) is None:
-                        alpha *= factor
-                        a = x
-                        chain.append(scaled)
-                        leftovers.append(c)
-                        break
-            # output: one Mul or Div by a scalar
-            out = mm.outputs[0]
-            user = sole_user(graph, out)
-            if is_op(user, "Mul", "Div") and len(user.inputs) == 2:
-                c = other_input(user, out)
-                factor = scalar_const(graph, c, max_rank) if c is not None else None
-                if factor is not None and (user.op_type == "Mul" or (user.inputs[1] == c and factor != 0.0)):
-                    alpha *= factor if user.op_type == "Mul" else 1.0 / factor
-                    chain.append(user)
-                    leftovers.append(c)
-                    out = user.outputs[0]
-            if len(chain) == 1:
-                continue
-            counts["scales"] += alpha != 1.0
-            attrs["alpha"] = float(alpha)
-            out_shape = shapes.shape(out)
-            use_ms_domain(ctx)
-            name = namer(chain, "FusedMatMul", fallback=mm.name)
-            absorbed = [n.name or n.op_type for n in chain]
-            node = replace_with(graph, chain, "FusedMatMul", [a, b], [out], attrs, name=name)
-            record_shape(graph, shapes, out, out_shape, 1)
-            ctx.absorbed(node, absorbed)
-            drop_dead_constants(graph, leftovers)
-            counts["fused"] += 1
-        return PassResult(counts["fused"] > 0, counts)
+    rules = (SCALED_MATMUL, TRANSPOSED_MATMUL)  # a MatMul the output scale did not take: its inputs
+
+    def applies(self, graph: Graph, ctx: PassContext) -> bool:
+        return contrib_allowed(graph, ctx, "FusedMatMul")
+
+    def facts(self, graph: Graph, ctx: PassContext) -> acts.Facts:
+        return acts.Facts(graph, ctx)

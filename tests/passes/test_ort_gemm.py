@@ -81,3 +81,44 @@ def test_transpose_of_batch_axes_is_not_trans_b():
     proto.graph.input[1].CopyFrom(helper.make_tensor_value_info("b", TensorProto.FLOAT, [3, 2, 6, 5]))
     original, fused, _ = run(proto, ["ort-fused-matmul"])
     assert ops(fused) == ops(original)
+
+
+def test_gemm_without_c_and_selu_defaults():
+    proto = gemm_model("Selu")
+    del proto.graph.node[0].input[2]
+    original, fused, _ = run(proto, ["ort-fused-gemm"])
+    node = fused.graph.nodes("FusedGemm")[0]
+    assert len(node.inputs) == 2 and node.attr("activation_gamma") == pytest.approx(1.0507010221)
+    assert_same_outputs(original, fused)
+
+
+def test_gemm_read_by_a_shape_stays():
+    proto = gemm_model("Relu")
+    proto.graph.node.append(helper.make_node("Shape", ["g"], ["g_shape"]))
+    proto.graph.output.append(helper.make_tensor_value_info("g_shape", TensorProto.INT64, None))
+    original, fused, _ = run(proto, ["ort-fused-gemm"])
+    assert ops(fused) == ops(original)
+
+
+def test_a_batch_axes_transpose_stays_outside_but_the_scale_goes_in():
+    proto = matmul_model(trans_b=True, perm_b=(1, 0, 3, 2), out_scale=2.0, in_scale=3.0)
+    proto.graph.input[1].CopyFrom(helper.make_tensor_value_info("b", TensorProto.FLOAT, [3, 2, 6, 5]))
+    original, fused, _ = run(proto, ["ort-fused-matmul"])
+    assert ops(fused) == {"com.microsoft:FusedMatMul": 1, "Transpose": 1}
+    node = fused.graph.nodes("FusedMatMul")[0]
+    assert node.attr("alpha") == pytest.approx(1.5) and node.attr("transB", 0) == 0
+    assert_same_outputs(original, fused)
+
+
+def test_zero_divisor_leaves_the_div_but_takes_the_transpose():
+    original, fused, _ = run(matmul_model(trans_a=True, out_scale=0.0), ["ort-fused-matmul"])
+    assert ops(fused) == {"com.microsoft:FusedMatMul": 1, "Div": 1}
+    assert fused.graph.nodes("FusedMatMul")[0].attr("transA") == 1
+
+
+def test_plain_matmul_or_a_scale_too_big_to_drop_stays():
+    original, fused, _ = run(matmul_model(), ["ort-fused-matmul"])
+    assert ops(fused) == ops(original)
+    proto = matmul_model(in_scale=np.full((1, 1, 1, 1, 1), 2.0))  # rank 5 > A's: it broadcasts A up
+    original, fused, _ = run(proto, ["ort-fused-matmul"])
+    assert ops(fused) == ops(original)
