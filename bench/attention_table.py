@@ -1,26 +1,21 @@
 """Attention fusion on the transformer fixtures: graphtool beside ORT and onnxscript, one markdown table.
 
-Why
----
-Node counts alone hide whether the attention blocks — the fusion that matters most for
-transformer latency — were found. This table says, per fixture, how many of its attention layers
-(Softmax nodes in the original) each tool turned into one Attention / MultiHeadAttention /
-GroupQueryAttention / PackedAttention op (any domain), and whether the rewritten model still gives
-the exporter's reference outputs (``X.expected.npz``) on the fixture's inputs (``X.inputs.npz``),
-run by onnxruntime on CPU with graph optimizations off, so a diff is the rewrite's own.
+Node counts alone hide whether the attention blocks, the fusion that matters most for transformer
+latency, were found. Per fixture this says how many of its attention layers (Softmax nodes in the
+original) each tool turned into Attention / MultiHeadAttention / GroupQueryAttention /
+PackedAttention (any domain), and whether the result still gives the exporter's outputs
+(``X.expected.npz``) on ``X.inputs.npz``, run by ORT on CPU with graph optimizations off, so a diff
+is the rewrite's own. Nodes count main graph plus subgraphs (bench/peers.py ``_count``). Each tool
+runs in its own process, so a crash or hang is an "error: ..." cell:
 
-Tools, each in its own child process (a crash or a hang is an "error: ..." cell, never the end):
-
-* graphtool  ``optimize(level=2, target="ort")``;
-* ORT extended: a session at ``ORT_ENABLE_EXTENDED`` with ``optimized_model_filepath``;
-* ORT transformers: ``onnxruntime.transformers.optimizer.optimize_model(model_type="gpt2" for
-  gpt2, else "bert"; num_heads=0, hidden_size=0)`` at its default ``opt_level=1``, which fuses at
-  least as much as 0 and 2 on every fixture. Level 1 imports torch only for a GPU check, so the
-  script does its ORT pass itself (``ORT_ENABLE_BASIC``, ``ConstantSharing`` disabled, as
-  ``optimize_by_onnxruntime`` does) and calls ``optimize_model(..., opt_level=0)`` on the result;
+* graphtool ``optimize(level=2, target="ort")``;
+* ORT extended: a session at ``ORT_ENABLE_EXTENDED`` saved with ``optimized_model_filepath``;
+* ORT transformers ``optimize_model(model_type="gpt2" for gpt2 else "bert", num_heads=0,
+  hidden_size=0)`` at its default ``opt_level=1``, which fuses at least as much as 0 and 2 on every
+  fixture. Level 1 imports torch only for a GPU check, so the script runs that ORT pass itself
+  (``ORT_ENABLE_BASIC``, ``ConstantSharing`` disabled, as ``optimize_by_onnxruntime`` does), then
+  ``optimize_model(..., opt_level=0)``;
 * onnxscript ``optimizer.optimize`` then ``ort_fusions.optimize_for_ort`` (as bench/peers.py does).
-
-Nodes count the main graph plus subgraphs (bench/peers.py ``_count``).
 
     .venv/bin/python bench/attention_table.py [--models 'fixtures/hf/bert_*.onnx'] [--json rows.json]
 """
@@ -33,6 +28,7 @@ import glob
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -133,8 +129,18 @@ def worker(tool: str, src: str, out: str) -> dict:
     hist = _ops(out)
     row = {"nodes": _count(out), "attention": sum(hist[op] for op in ATTENTION)}
     if tool in HAS_DIFF:
-        row["diff"] = _max_abs_diff(out, src[:-len(".onnx")])
+        try:
+            row["diff"] = _max_abs_diff(out, src[:-len(".onnx")])
+        except Exception as err:  # noqa: BLE001 - a result that does not run keeps its counts
+            row["diff_error"] = _short(f"{type(err).__name__}: {err}")
     return row
+
+
+def _short(text: str) -> str:
+    """One table-sized line from an error: ORT's module path, status boilerplate and C++ location cut."""
+    text = text.strip().splitlines()[0].replace("onnxruntime.capi.onnxruntime_pybind11_state.", "")
+    text = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : |Non-zero status code returned while ", "", text)
+    return re.sub(r"Status Message: \S+:\d+ \S+\(.*?\) ", "", text)[:110].replace("|", "/")
 
 
 def measure(tool: str, src: str, out: str) -> dict:
@@ -148,7 +154,7 @@ def measure(tool: str, src: str, out: str) -> dict:
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"]
-        return {"error": tail[-1][:80].replace("|", "/"), "stderr": "\n".join(tail[-25:])}
+        return {"error": _short(tail[-1]), "stderr": "\n".join(tail[-25:])}
     return json.loads(lines[-1])
 
 
@@ -160,7 +166,8 @@ def cells(result: dict, tool: str) -> list[str]:
     n = 3 if tool in HAS_DIFF else 2
     if "error" in result:
         return [f"error: {result['error']}"] + ["error"] * (n - 1)
-    return [str(result["nodes"]), str(result["attention"]), _diff(result.get("diff"))][:n]
+    diff = f"error: {result['diff_error']}" if "diff_error" in result else _diff(result.get("diff"))
+    return [str(result["nodes"]), str(result["attention"]), diff][:n]
 
 
 def main() -> None:
@@ -196,17 +203,20 @@ def main() -> None:
         ok = [r for r in rows if "error" not in r[tool]]
         full = sum(r[tool]["attention"] == r["layers"] for r in ok)
         errors = f" ({len(rows) - len(ok)} errors)" if len(ok) < len(rows) else ""
-        worst = _diff(max((r[tool]["diff"] for r in ok), default=None)) if tool in HAS_DIFF else None
+        ran = [r[tool]["diff"] for r in ok if "diff" in r[tool]]
+        worst = _diff(max(ran, default=None)) if tool in HAS_DIFF else None
+        unrun = f", {len(ok) - len(ran)} results do not run" if tool in HAS_DIFF and len(ran) < len(ok) else ""
         total += [f"{sum(r[tool]['nodes'] for r in ok)}{errors}", f"{sum(r[tool]['attention'] for r in ok)} "
-                  f"({full}/{len(rows)} full)"] + ([f"max {worst}"] if worst else [])
+                  f"({full}/{len(rows)} full)"] + ([f"max {worst}{unrun and ' of those that run'}"] if worst else [])
         summary.append(f"- {HEADS[tool]}: {full}/{len(rows)} models fully fused (attention == layers)"
-                       + (f", max of max abs diff {worst}" if worst else "") + errors)
+                       + (f", max of max abs diff {worst}" if worst else "") + errors + unrun)
     print("| " + " | ".join(total) + " |\n")
     print("\n".join(summary))
     for row in rows:
         for tool in TOOLS:
-            if "error" in row[tool]:
-                print(f"- failure: {tool} on {row['model']}: {row[tool]['error']}")
+            for key, what in (("error", "fails"), ("diff_error", "result does not run")):
+                if key in row[tool]:
+                    print(f"- {tool} {what} on {row['model']}: {row[tool][key]}")
     print(f"\n{len(rows)} models, {seconds:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
