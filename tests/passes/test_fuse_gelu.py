@@ -17,7 +17,7 @@ from graphtool.verify import verify
 from tests.conftest import FIXTURES
 
 PASS = ["fuse-gelu"]
-TAILS = ["half_first", "half_last", "half_inner", "div2", "half_div"]
+TAILS = ["half_first", "half_last", "half_inner", "div2", "half_div", "inner_div2"]
 
 
 def _model(core: list[onnx.NodeProto], consts: dict[str, float], tail: str, *, opset: int = 20,
@@ -31,6 +31,8 @@ def _model(core: list[onnx.NodeProto], consts: dict[str, float], tail: str, *, o
         nodes = [helper.make_node("Mul", [x_tail, "a"], ["m"]), helper.make_node("Mul", ["half", "m"], ["y"])]
     elif tail == "half_inner":    # x * (a * 0.5)
         nodes = [helper.make_node("Mul", ["a", "half"], ["m"]), helper.make_node("Mul", ["m", x_tail], ["y"])]
+    elif tail == "inner_div2":    # x * (a / 2)
+        nodes = [helper.make_node("Div", ["a", "two"], ["m"]), helper.make_node("Mul", [x_tail, "m"], ["y"])]
     elif tail == "div2":          # (x * a) / 2
         nodes = [helper.make_node("Mul", ["a", x_tail], ["m"]), helper.make_node("Div", ["m", "two"], ["y"])]
     else:                         # a * (x / 2)
@@ -166,3 +168,25 @@ def test_torch_fixtures(name, erf, tanh):
     sess = make_session(optimized)
     for meta, got in zip(sess.get_outputs(), sess.run(None, feeds)):
         assert np.max(np.abs(got - expected[meta.name])) < 1e-4
+
+
+def test_refuses_intermediate_read_by_a_shape():
+    """The chain would stay in the graph for the Shape and run beside the Gelu."""
+    proto = erf_model()
+    proto.graph.node.append(helper.make_node("Shape", ["e"], ["e_shape"]))
+    proto.graph.output.append(helper.make_tensor_value_info("e_shape", TensorProto.INT64, None))
+    _, optimized, _ = _run(proto)
+    assert "Gelu" not in _ops(optimized)
+
+
+@pytest.mark.parametrize("proto, reason", [
+    (erf_model(half=0.6), "check: half is 0.6, not 0.5"),
+    (tanh_model(cubic=0.05), "check: cubic is 0.05, not 0.044715"),
+    (erf_model(opset=19), "check: opset 19: ONNX Gelu needs opset >= 20"),
+], ids=["half", "cubic", "opset"])
+def test_explain_says_why(proto, reason):
+    from graphtool.rewrite.explain import format_explanations
+
+    optimized, _, ctx = optimize(io.load_proto(proto), passes=PASS, explain=["fuse-gelu"])
+    assert "Gelu" not in _ops(optimized)
+    assert reason in format_explanations(ctx.explanations)

@@ -125,3 +125,33 @@ def test_onnx_target_never_emits_contrib_ops():
     _, fused, _ = run(bias_erf_gelu(), level=2, target="onnx")
     assert all(n.domain in ("", "ai.onnx") for n in fused.graph.nodes())
     assert "com.microsoft" not in fused.opset_imports
+
+
+def test_bias_add_read_by_a_shape_keeps_the_add():
+    proto = bias_erf_gelu()
+    proto.graph.node.append(helper.make_node("Shape", ["a"], ["a_shape"]))
+    proto.graph.output.append(helper.make_tensor_value_info("a_shape", TensorProto.INT64, None))
+    original, fused, _ = run(proto, ["ort-gelu", "ort-bias-gelu"])
+    assert ops(fused) == {"com.microsoft:Gelu": 1, "Add": 1, "Shape": 1}
+    assert_same_outputs(original, fused)
+
+
+def test_stats_keep_their_keys():
+    _, _, report = run(bias_tanh_gelu(), ["ort-gelu", "ort-bias-gelu", "ort-quick-gelu"])
+    assert report.passes["ort-gelu"].stats == {"gelu": 0, "fast_gelu": 1}
+    assert report.passes["ort-bias-gelu"].stats == {"bias_gelu": 0, "fast_gelu": 1}
+    assert report.passes["ort-quick-gelu"].stats == {"fused": 0}
+
+
+def test_standard_tanh_gelu_at_opset_20_takes_the_bias():
+    original, fused, _ = run(bias_tanh_gelu(opset=20), ["fuse-gelu", "ort-gelu", "ort-bias-gelu"])
+    assert ops(fused) == {"com.microsoft:FastGelu": 1}
+    assert len(fused.graph.nodes("FastGelu")[0].inputs) == 2
+    assert_same_outputs(original, fused)
+
+
+def test_quick_gelu_alpha_that_would_broadcast_is_refused():
+    nodes = [helper.make_node("Mul", ["alpha", "x"], ["ax"]), helper.make_node("Sigmoid", ["ax"], ["s"]),
+             helper.make_node("Mul", ["s", "x"], ["y"])]
+    _, fused, _ = run(_model(nodes, [_c("alpha", np.full((1, 1, 1, 1), 1.702))]), ["ort-quick-gelu"])
+    assert "com.microsoft:QuickGelu" not in ops(fused)

@@ -1,0 +1,196 @@
+"""Patterns, checks and replacements of the GELU rules (``passes/fuse_gelu.py``, ``passes/ort_gelu.py``).
+
+A check returns None to accept or the reason it refuses (what ``--explain`` prints); the numbers
+a pattern cannot say — every constant within 1e-4 (relative) of its exact value, one element, of
+no higher rank than ``x`` (else it would broadcast the result) — are checked here.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+
+from graphtool.ir.graph import Graph
+from graphtool.pass_manager import PassContext, PassResult
+from graphtool.passes._fuse_common import close, graph_opset, rank
+from graphtool.passes._ort_common import MS_DOMAIN, Dims, Shapes, record_shape, use_ms_domain
+from graphtool.rewrite import Match, Rewrite, RulePass, Scalar, Var, apply, either, op
+
+RTOL = 1e-4
+# the exact value of every constant a GELU spelling may hold, by the Var name the patterns bind it to
+EXPECTED = {"sqrt2": math.sqrt(2.0), "rsqrt2": 1.0 / math.sqrt(2.0), "one": 1.0, "half": 0.5, "two": 2.0,
+            "three": 3.0, "cubic": 0.044715, "k": math.sqrt(2.0 / math.pi)}
+
+# ---------------------------------------------------------------------- patterns
+
+x = Var("x")
+
+
+def _times_half(value: Any) -> Any:
+    """``value * 0.5`` (either order) or ``value / 2``."""
+    return either(op.Mul(value, Scalar("half")), op.Div(value, Scalar("two")))
+
+
+def gelu_of(one_plus: Any) -> Any:
+    """``x * 0.5 * one_plus`` in every association: (x·½)·a, (x·a)·½, x·(a·½); ½ as Mul 0.5 or Div 2."""
+    return either(op.Mul(_times_half(x), one_plus), _times_half(op.Mul(x, one_plus)), op.Mul(x, _times_half(one_plus)))
+
+
+ERF = gelu_of(op.Add(op.Erf(either(op.Div(x, Scalar("sqrt2")), op.Mul(x, Scalar("rsqrt2")))), Scalar("one")))
+_cube = either(op.Pow(x, Scalar("three")), op.Mul(x, op.Mul(x, x)))  # x·(x·x) and (x·x)·x: Mul commutes
+_inner = op.Mul(op.Add(x, op.Mul(_cube, Scalar("cubic"))), Scalar("k"))
+TANH = gelu_of(op.Add(op.Tanh(_inner), Scalar("one")))
+
+# ---------------------------------------------------------------------- checks
+
+
+def check_constants(m: Match) -> str | None:
+    """Every bound constant is its GELU value (1e-4 relative), one finite number, rank <= x's."""
+    r = rank(m.graph, m["x"])
+    max_rank = 0 if r is None else r
+    for name, expected in EXPECTED.items():
+        value = m.get(name)
+        if value is None:
+            continue
+        array = m.graph.const(value)
+        if array.dtype.kind not in "fiu":
+            return f"{name} ('{value}') is a {array.dtype} constant, not a number"
+        if array.ndim > max_rank:
+            return f"{name} ('{value}') has rank {array.ndim}, more than x's {max_rank}: it would broadcast the result"
+        number = float(array.reshape(-1)[0])
+        if not np.isfinite(number) or not close(number, expected, RTOL):
+            return f"{name} is {number:g}, not {expected:.6g} (within {RTOL:g} relative)"
+    return None
+
+
+def check_opset(at_least_20: bool) -> Callable[[Match], str | None]:
+    """ONNX Gelu exists from opset 20: fuse-gelu needs it, ort-gelu leaves such graphs to fuse-gelu."""
+
+    def check(m: Match) -> str | None:
+        opset = graph_opset(m.graph, m.ctx)
+        if (opset >= 20) != at_least_20:
+            return (f"opset {opset}: ONNX Gelu needs opset >= 20" if at_least_20 else
+                    f"opset {opset} has ONNX Gelu (fuse-gelu writes it)")
+        return None
+
+    return check
+
+
+def all_of(*checks: Callable[[Match], str | None]) -> Callable[[Match], str | None]:
+    def check(m: Match) -> str | None:
+        for one in checks:
+            why = one(m)
+            if why:
+                return why
+        return None
+
+    return check
+
+
+def check_float(name: str) -> Callable[[Match], str | None]:
+    def check(m: Match) -> str | None:
+        if not m.facts.shapes.is_float(m[name]):
+            return f"{name} is not float32 (the contrib kernels' type)"
+        return None
+
+    return check
+
+
+def check_bias(m: Match) -> str | None:
+    """b is a constant 1-D bias of exactly a's last-dim length (a bias that broadcasts a's last
+    dim — a's last dim is 1 or unknown — is refused: the kernels add it per row)."""
+    a, bias = m["a"], m.const("bias")
+    if m.graph.const(a) is not None:
+        return "both Add operands are constants"
+    if bias.ndim != 1:
+        return f"the bias has rank {bias.ndim}, not 1"
+    last = m.facts.dims.static(a, -1)
+    if bias.shape[0] < 1 or last != bias.shape[0]:
+        return f"the bias has {bias.shape[0]} elements, a's last dim is {last}"
+    return None
+
+
+def check_alpha(m: Match) -> str | None:
+    """QuickGelu's alpha: a finite one-element number of rank <= 1 that cannot broadcast x."""
+    if m.get("alpha") is None:
+        return None
+    array = m.const("alpha")
+    if array.ndim > 1 or array.dtype.kind not in "fiu" or not np.isfinite(float(array.reshape(-1)[0])):
+        return f"alpha ('{m['alpha']}') is not a finite number of rank <= 1"
+    if array.ndim > 0 and (m.facts.shapes.rank(m["x"]) or 0) < array.ndim:
+        return f"alpha has rank {array.ndim}, more than x's: it would broadcast the result"
+    return None
+
+
+# ---------------------------------------------------------------------- replacements
+
+
+def keep_root_name(m: Match, rw: Rewrite) -> None:
+    """Unscoped chains: the fused op takes the name of the node it stands for (the root), not of
+    the last node matched (the engine's fallback), as the hand-written passes named it."""
+    prefix = os.path.commonprefix([n.name for n in m.nodes if n.name])
+    if "/" not in prefix and m.root.name:
+        rw.name = m.root.name
+
+
+def emit(op_type: str, inputs: list[str], domain: str = "", **attrs: Any) -> Callable[[Match, Rewrite], str]:
+    """A replacement: one ``op_type`` node on the bound values ``inputs``; a contrib op imports
+    com.microsoft and declares the output's type (ORT's ops are opaque to ONNX shape inference)."""
+
+    def replace(m: Match, rw: Rewrite) -> str:
+        values = [m[name] for name in inputs]
+        keep_root_name(m, rw)
+        out = rw.add(op_type, values, attrs=attrs, domain=domain).outputs[0]
+        if domain == MS_DOMAIN:
+            use_ms_domain(m.ctx)
+            root = m.root.outputs[0]
+            record_shape(m.graph, m.facts.shapes, out, m.facts.shapes.shape(root), m.facts.shapes.dtype(root))
+        return out
+
+    return replace
+
+
+def emit_quick_gelu(m: Match, rw: Rewrite) -> str:
+    alpha = m.const("alpha")
+    return emit("QuickGelu", ["x"], MS_DOMAIN, alpha=1.0 if alpha is None else float(alpha.reshape(-1)[0]))(m, rw)
+
+
+# ---------------------------------------------------------------------- passes
+
+
+class Facts:
+    """Shapes and dim proofs for one pass run of the ort rules."""
+
+    def __init__(self, graph: Graph, ctx: PassContext):
+        self.shapes = Shapes(graph, ctx)
+        self.dims = Dims(graph, self.shapes)
+
+    def rank(self, value: str) -> int | None:
+        return self.shapes.rank(value)
+
+
+def explaining(ctx: PassContext) -> bool:
+    return bool(getattr(ctx, "explain", None))
+
+
+class CountedRulePass(RulePass):
+    """A RulePass whose stats keep the pass's historical keys (``stat_keys``: rule name → key).
+
+    ``needs``: rule name → an op type its pattern contains. The rules are rooted at the last Mul,
+    so every Mul and Div is a candidate; a graph without that (rarer) op skips the rule outright.
+    """
+
+    stat_keys: ClassVar[dict[str, str]] = {}
+    needs: ClassVar[dict[str, str]] = {}
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        counts = dict.fromkeys(self.stat_keys.values(), 0)
+        rules = [r for r in self.rules if r.name not in self.needs or graph.nodes(self.needs[r.name])
+                 or explaining(ctx)]
+        if rules and self.applies(graph, ctx):
+            for rule, n in apply(graph, ctx, rules, self.facts(graph, ctx), self.name).items():
+                counts[self.stat_keys[rule]] += n
+        return PassResult(sum(counts.values()) > 0, counts)
