@@ -49,6 +49,14 @@ class Rewrite:
         self.op_type = op_type
         self.near = min(match.nodes, key=lambda n: n.order)
         self.added: list[Node] = []
+        self.taken: dict[str, str] = {}  # a value inside the match -> the new output that takes its place
+
+    def take_over(self, value: str) -> str:
+        """A name for a new node's output that stands in for ``value``, a matched value outside
+        readers may still read (SkipLayerNormalization's sum output): after the commit they
+        read it, and it carries ``value``'s name."""
+        self.taken[value] = self.graph.fresh_name(f"{value}_fused")
+        return self.taken[value]
 
     def add(self, op_type: str, inputs: list[str], outputs: int | list[str] = 1, attrs: dict[str, Any] | None = None,
             domain: str = "", suffix: str = "") -> Node:
@@ -100,9 +108,16 @@ def _commit(graph: Graph, ctx: PassContext, rule: Rule, match: Match, namer: Nam
     constants = [v for v in match.binds.values() if graph.const(v) is not None]
     absorbed = [n.name for n in reversed(match.nodes)]  # producers first, as the graph reads
     graph.replace_all_uses(root_out, new_value)
+    for old, new in rewrite.taken.items():
+        graph.replace_all_uses(old, new)
     graph.remove_nodes([match.root])  # the root is what the replacement stands for
     _answer_shape_readers(graph, match, rewrite)
-    _remove_dead(graph, match.nodes[1:])
+    _remove_dead(graph, match.nodes[1:], set(rewrite.taken))
+    for old, new in rewrite.taken.items():
+        kept = graph.value_info.get(old)
+        graph.rename_value(new, old)
+        if kept is not None:
+            graph.set_value_info(old, kept)
     producer = graph.producer(new_value)
     if producer is not None and producer in rewrite.added:
         graph.rename_value(new_value, root_out)  # readers and graph outputs keep the old name
@@ -151,13 +166,14 @@ def _shape_of(rw: Rewrite, pieces: list[Any]) -> str:
     return rw.add("Concat", parts, attrs={"axis": 0}, suffix="shape").outputs[0]
 
 
-def _remove_dead(graph: Graph, nodes: list[Node]) -> None:
+def _remove_dead(graph: Graph, nodes: list[Node], taken: set[str] = frozenset()) -> None:
     """Remove the matched nodes no one reads any more (a shared node, or one a Shape still
-    reads, stays); readers come before producers in ``nodes``, so one sweep usually does."""
+    reads, stays); readers come before producers in ``nodes``, so one sweep usually does.
+    A graph output the replacement took over (``taken``) no longer keeps its producer."""
     pending = list(nodes)
     while pending:
         dead = [n for n in pending if graph.has_node(n) and not any(
-            graph.uses(o) or graph.is_output(o) for o in n.outputs if o)]
+            graph.uses(o) or (graph.is_output(o) and o not in taken) for o in n.outputs if o)]
         if not dead:
             return
         graph.remove_nodes(dead)

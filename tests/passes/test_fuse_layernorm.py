@@ -243,3 +243,23 @@ def test_below_opset_17_fuses_only_for_onnxruntime():
     assert _ops(fused).count("LayerNormalization") == 1
     result = verify(model, fused)
     assert result.ok, result.summary()
+
+
+@pytest.mark.parametrize("proto, reason", [
+    (ln_model(exponent=3.0), "check: two is 3, not 2"),
+    (ln_model(axes=(1,)), "axes [1] are not the trailing ones"),
+    (ln_model(dtype=np.float64), "not float or float16"),
+    (ln_model(opset=16), "check: opset 16: LayerNormalization needs opset >= 17"),
+], ids=["exponent", "axes", "dtype", "opset"])
+def test_explain_says_why(proto, reason):
+    from graphtool.rewrite.explain import format_explanations
+
+    optimized, _, ctx = optimize(io.load_proto(proto), passes=PASS, explain=["fuse-layer-norm"])
+    assert "LayerNormalization" not in _ops(optimized)
+    assert reason in format_explanations(ctx.explanations)
+
+
+def test_beta_that_does_not_fit_is_left_after_the_fused_op():
+    original, optimized, _, _ = _run(ln_model(beta=(2, 1, 8)))  # varies along the batch
+    assert _ops(optimized) == ["LayerNormalization", "Add", "Identity"]
+    _check_numbers(original, optimized)

@@ -71,3 +71,35 @@ def test_no_gamma_uses_ones_when_the_size_is_static():
 def test_refuses_other_powers_and_non_trailing_axes(kwargs):
     original, result, _ = run(rms_model(opset=23, **kwargs), ["fuse-rms-norm"], target="onnx")
     assert ops(result) == ops(original)
+
+
+def test_div_one_and_mul_self_spellings():
+    model = rms_model(opset=23, form="reciprocal")
+    nodes = model.graph.node
+    recip = next(n for n in nodes if n.op_type == "Reciprocal")
+    model.graph.initializer.append(numpy_helper.from_array(np.array(1.0, np.float32), "one"))
+    recip.op_type, recip.input[:] = "Div", ["one", "r"]
+    pow_node = next(n for n in nodes if n.op_type == "Pow")
+    pow_node.op_type, pow_node.input[:] = "Mul", ["x0", "x0"]
+    original, fused, _ = run(model, ["fuse-rms-norm"])
+    assert ops(fused) == {"RMSNormalization": 1}
+    assert_same_outputs(original, fused)
+
+
+def test_gamma_that_does_not_fit_is_left_after_the_fused_op():
+    model = rms_model(opset=23)
+    gamma = next(i for i in model.graph.initializer if i.name == "gamma")
+    gamma.CopyFrom(numpy_helper.from_array(np.ones((2, 1, H), np.float32), "gamma"))  # varies along the batch
+    original, fused, _ = run(model, ["fuse-rms-norm"])
+    assert ops(fused) == {"RMSNormalization": 1, "Mul": 1}
+    assert_same_outputs(original, fused)
+
+
+def test_explain_says_why():
+    from graphtool import io
+    from graphtool.optimize import optimize
+    from graphtool.rewrite.explain import format_explanations
+
+    _, _, ctx = optimize(io.load_proto(rms_model(opset=23, exponent=3.0)), passes=["fuse-rms-norm"],
+                         explain=["fuse-rms-norm"])
+    assert "check: two is 3, not 2" in format_explanations(ctx.explanations)

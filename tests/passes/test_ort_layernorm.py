@@ -64,3 +64,13 @@ def test_refuses_unproven_shapes_and_rank_4():
     # rank 4: the kernel takes rank 2 or 3 only
     _, fused, _ = run(skip_ln_model(x_shape=(2, 3, 4, H), skip_shape=(2, 3, 4, H)), ["ort-skip-layer-norm"])
     assert "com.microsoft:SkipLayerNormalization" not in ops(fused)
+
+
+def test_explain_says_why():
+    from graphtool import io
+    from graphtool.optimize import optimize
+    from graphtool.rewrite.explain import format_explanations
+
+    _, _, ctx = optimize(io.load_proto(skip_ln_model(skip_shape=("other", "seq", H))), target="ort",
+                         passes=["ort-skip-layer-norm"], explain=["ort-skip-layer-norm"])
+    assert "shapes are not provably equal" in format_explanations(ctx.explanations)
