@@ -15,17 +15,20 @@ passes/_types.py), never from guesses:
 4. The dtype is float, float16 or double — types whose Gemm kernels exist in onnxruntime; int
    MatMul+Add is left alone.
 
-The Gemm writes the Add's output under its name.
+As a rule (``graphtool.rewrite``): ``Add(MatMul(a, b), bias)``, either operand order; the engine
+refuses case 2, the check cases 1, 3 and 4 (and an Add of the product to itself). The Gemm writes
+the Add's output under its name.
 """
 
 from __future__ import annotations
 
 from onnx import TensorProto, helper
 
-from graphtool.ir.graph import Graph, Node
-from graphtool.pass_manager import Pass, PassContext, PassResult, register
-from graphtool.passes._fuse_common import Namer, is_op, only_feeds, replace_chain
+from graphtool.ir.graph import Graph
+from graphtool.pass_manager import register
+from graphtool.passes._gelu_parts import CountedRulePass
 from graphtool.passes._types import infer_dtype, infer_rank
+from graphtool.rewrite import Match, Rewrite, Rule, Var, op
 
 _GEMM_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
 
@@ -67,40 +70,34 @@ def bias_fits(bias: list[int | str | None], m: int | str | None, n: int | str | 
     return True
 
 
+def check(m: Match) -> str | None:
+    g, a, b, bias = m.graph, m["a"], m["b"], m["bias"]
+    if bias == m.node("mm").outputs[0]:
+        return "the Add adds the product to itself"
+    shape_a, shape_b, shape_c = _shape(g, a), _shape(g, b), _shape(g, bias)
+    if shape_a is None or shape_b is None or len(shape_a) != 2 or len(shape_b) != 2:
+        return f"A {shape_a} and B {shape_b} are not both known to be 2-D"  # case 1
+    if shape_c is None:
+        return "the bias's shape is unknown"  # case 3
+    dtype = _dtype(g, a) or _dtype(g, b)
+    if dtype not in _GEMM_TYPES or _dtype(g, bias) not in (None, dtype):
+        return f"dtype {dtype} (bias {_dtype(g, bias)}) is not one of Gemm's float types"  # case 4
+    if not bias_fits(shape_c, shape_a[0], shape_b[1]):
+        return f"the bias {shape_c} does not broadcast to exactly [{shape_a[0]}, {shape_b[1]}]"  # case 3
+    return None
+
+
+def emit(m: Match, rw: Rewrite) -> str:
+    return rw.add("Gemm", [m["a"], m["b"], m["bias"]]).outputs[0]
+
+
+MATMUL_ADD = Rule("matmul-add", op.Add(op.MatMul(Var("a"), Var("b"), _name="mm"), Var("bias")), emit, check,
+                  emits="Gemm")
+
+
 @register(level=1, priority=55, name="fuse-matmul-add")
-class FuseMatMulAdd(Pass):
+class FuseMatMulAdd(CountedRulePass):
     """Fuse a 2-D MatMul followed by Add of a Gemm-broadcastable bias into one Gemm."""
 
-    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        fused = 0
-        namer = Namer(graph)
-        for add in graph.nodes("Add"):
-            if graph.has_node(add) and self._fuse(graph, ctx, add, namer):
-                fused += 1
-        return PassResult(fused > 0, {"fused": fused})
-
-    @staticmethod
-    def _fuse(graph: Graph, ctx: PassContext, add: Node, namer: Namer) -> bool:
-        if add.domain not in ("", "ai.onnx") or len(add.inputs) != 2 or add.inputs[0] == add.inputs[1]:
-            return False
-        for slot in (0, 1):
-            product, bias = add.inputs[slot], add.inputs[1 - slot]
-            matmul = graph.producer(product)
-            if is_op(matmul, "MatMul") and only_feeds(graph, product, add):
-                break
-        else:
-            return False
-        a, b = matmul.inputs
-        shape_a, shape_b, shape_c = _shape(graph, a), _shape(graph, b), _shape(graph, bias)
-        if shape_a is None or shape_b is None or shape_c is None or len(shape_a) != 2 or len(shape_b) != 2:
-            return False  # case 1 (and 3: unknown bias shape)
-        dtype = _dtype(graph, a) or _dtype(graph, b)
-        if dtype not in _GEMM_TYPES or _dtype(graph, bias) not in (None, dtype):
-            return False  # case 4
-        if not bias_fits(shape_c, shape_a[0], shape_b[1]):
-            return False  # case 3
-        name = namer([matmul, add], "Gemm", fallback=matmul.name)
-        absorbed = [n.name or n.op_type for n in (matmul, add)]
-        gemm = replace_chain(graph, [matmul, add], "Gemm", [a, b, bias], add.outputs[0], name=name)
-        ctx.absorbed(gemm, absorbed)
-        return True
+    rules = (MATMUL_ADD,)
+    stat_keys = {"matmul-add": "fused"}
