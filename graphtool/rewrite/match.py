@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 import onnx
@@ -102,7 +102,13 @@ class Refusal:
     # fails an attribute or input constraint counts itself: that beats "the pattern has another op"
     # at the same place, so Softmax(axis=2) is explained by its axis, not by the alternatives.
     depth: int
-    reason: str
+    why: str | Callable[[], str]  # built only when someone reads it: most refusals never are
+
+    @property
+    def reason(self) -> str:
+        if callable(self.why):
+            self.why = self.why()
+        return self.why
 
 
 def label(node: Node) -> str:
@@ -150,7 +156,7 @@ class Matcher:
         match only), at most ``MAX_SOLUTIONS`` of them."""
         self.refusal = None
         if not root.outputs:
-            self._refuse(0, f"{label(root)} has no outputs")
+            self._refuse(0, lambda: f"{label(root)} has no outputs")
             return
         start = _State({}, {}, [], {})
         for count, state in enumerate(self._value(pattern, root.outputs[0], start)):
@@ -167,11 +173,11 @@ class Matcher:
 
     def refuse(self, match: Match, reason: str) -> None:
         """A check's refusal of a complete match counts as the deepest failure there is."""
-        self._refuse(len(match.nodes) + 1, f"check: {reason}")
+        self._refuse(len(match.nodes) + 1, lambda: f"check: {reason}")
 
     # -------------------------------------------------------------- internals
 
-    def _refuse(self, depth: int, reason: str) -> None:
+    def _refuse(self, depth: int, reason: str | Callable[[], str]) -> None:
         if self.refusal is None or depth > self.refusal.depth:
             self.refusal = Refusal(depth, reason)
 
@@ -198,31 +204,31 @@ class Matcher:
             if bound == value:
                 yield st
             else:
-                self._refuse(depth, f"{var.name} is '{bound}' in one place and '{value}' in another")
+                self._refuse(depth, lambda: f"{var.name} is '{bound}' in one place and '{value}' in another")
             return
         if not value:
             if var.omittable:
                 yield st
             else:
-                self._refuse(depth, f"{var.name}: the input is omitted")
+                self._refuse(depth, lambda: f"{var.name}: the input is omitted")
             return
         if var.const or var.scalar:
             array = self.graph.const(value)
             if array is None:
-                self._refuse(depth, f"{var.name} ('{value}') is not a constant")
+                self._refuse(depth, lambda: f"{var.name} ('{value}') is not a constant")
                 return
             if var.scalar and array.size != 1:
-                self._refuse(depth, f"{var.name} ('{value}') has {array.size} elements, not 1")
+                self._refuse(depth, lambda: f"{var.name} ('{value}') has {array.size} elements, not 1")
                 return
         if var.rank is not None:
             r = self.facts.rank(value) if self.facts is not None else None
             if r != var.rank:
-                self._refuse(depth, f"{var.name} ('{value}') has rank {r}, not {var.rank}")
+                self._refuse(depth, lambda: f"{var.name} ('{value}') has rank {r}, not {var.rank}")
                 return
         if var.where is not None:
             why = var.where(self, value)
             if why:
-                self._refuse(depth, f"{var.name} ('{value}'): {why}")
+                self._refuse(depth, lambda: f"{var.name} ('{value}'): {why}")
                 return
         yield st.with_value(var.name, value)
 
@@ -231,31 +237,31 @@ class Matcher:
         want = pattern.describe()
         node = self.graph.producer(value)
         if node is None:
-            self._refuse(depth, f"'{value}' is a graph input or initializer where the pattern has {want}")
+            self._refuse(depth, lambda: f"'{value}' is a graph input or initializer where the pattern has {want}")
             return
         seen = st.nodes.get(id(pattern))
         if seen is not None:  # the same op pattern reached twice: it must be the same node
             if seen == node and node.outputs[index] == value:
                 yield st
             else:
-                self._refuse(depth, f"{label(node)} should be {label(seen)} (one {want} used twice)")
+                self._refuse(depth, lambda: f"{label(node)} should be {label(seen)} (one {want} used twice)")
             return
         domain_ok = node.domain in STANDARD if pattern.domain in STANDARD else node.domain == pattern.domain
         if node.op_type not in pattern.op_types or not domain_ok:
-            self._refuse(depth, f"'{value}' comes from {label(node)}, the pattern has {want}")
+            self._refuse(depth, lambda: f"'{value}' comes from {label(node)}, the pattern has {want}")
             return
         if any(n == node for n in st.order):
-            self._refuse(depth, f"{label(node)} would match two places of the pattern")
+            self._refuse(depth, lambda: f"{label(node)} would match two places of the pattern")
             return
         if index >= len(node.outputs) or node.outputs[index] != value:
-            self._refuse(depth, f"'{value}' is not output {index} of {label(node)}")
+            self._refuse(depth, lambda: f"'{value}' is not output {index} of {label(node)}")
             return
         for name, wanted in pattern.attrs.items():
             actual = node.attr(name)
             if actual is None:
                 actual = _attr_default(node.op_type, node.domain, name, self.opset)
             if not _same(actual, wanted):
-                self._refuse(depth + 1, f"{label(node)}: {name}={actual!r}, the pattern wants {wanted!r}")
+                self._refuse(depth + 1, lambda: f"{label(node)}: {name}={actual!r}, the pattern wants {wanted!r}")
                 return
         inputs = list(node.inputs)
         while len(inputs) > len(pattern.inputs) and not inputs[-1]:
@@ -263,12 +269,12 @@ class Matcher:
         while len(inputs) < len(pattern.inputs) and getattr(pattern.inputs[len(inputs)], "omittable", False):
             inputs.append("")  # an optional input the node leaves out, the pattern allows
         if len(inputs) != len(pattern.inputs):
-            self._refuse(depth + 1, f"{label(node)} has {len(inputs)} inputs, the pattern {len(pattern.inputs)}")
+            self._refuse(depth + 1, lambda: f"{label(node)} has {len(inputs)} inputs, the pattern {len(pattern.inputs)}")
             return
         if pattern.where is not None:
             why = pattern.where(self, node)
             if why:
-                self._refuse(depth + 1, f"{label(node)}: {why}")
+                self._refuse(depth + 1, lambda: f"{label(node)}: {why}")
                 return
         st = st.with_node(pattern, node)
         orders = [inputs]
