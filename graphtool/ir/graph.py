@@ -518,7 +518,9 @@ class Graph:
         g.remove_node(old)
         self.inputs = _renamed(self.inputs, old, new)
         self.outputs = _renamed(self.outputs, old, new)
-        self.value_info = _renamed(self.value_info, old, new)
+        info = self.value_info.pop(old, None)  # O(1): value_info order is not the model's meaning
+        if info is not None:
+            self.value_info[new] = _with_name(info, new)
         if old in self.initializers:
             self.initializers[new] = self.initializers.pop(old).renamed(new)
 
@@ -604,19 +606,20 @@ class Graph:
 
 
 def _renamed(table: dict[str, Any], old: str, new: str) -> dict[str, Any]:
-    """The same ordered table with key ``old`` (and a ValueInfoProto's name) changed to ``new``."""
+    """The same ordered table (graph inputs or outputs, whose order is the model's signature)
+    with key ``old`` (and a ValueInfoProto's name) changed to ``new``."""
     if old not in table:
         return table
-    out: dict[str, Any] = {}
-    for key, info in table.items():
-        if key == old:
-            key = new
-            if info is not None:
-                info = ValueInfoProto()
-                info.CopyFrom(table[old])
-                info.name = new
-        out[key] = info
-    return out
+    return {new if key == old else key: _with_name(info, new) if key == old else info for key, info in table.items()}
+
+
+def _with_name(info: ValueInfoProto | None, name: str) -> ValueInfoProto | None:
+    if info is None:
+        return None
+    copy = ValueInfoProto()
+    copy.CopyFrom(info)
+    copy.name = name
+    return copy
 
 
 def constant_node_value(node: Node) -> np.ndarray | None:
