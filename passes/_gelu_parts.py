@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable
 
 import numpy as np
 
 from graphtool.ir.graph import Graph
-from graphtool.pass_manager import PassContext, PassResult
+from graphtool.pass_manager import PassContext
 from graphtool.passes._fuse_common import close, graph_opset, rank
 from graphtool.passes._ort_common import MS_DOMAIN, Dims, Shapes, record_shape, use_ms_domain
-from graphtool.rewrite import Match, Rewrite, RulePass, Scalar, Var, apply, either, op
+from graphtool.rewrite import Match, Rewrite, Scalar, Var, either, op
 
 RTOL = 1e-4
 # the exact value of every constant a GELU spelling may hold, by the Var name the patterns bind it to
@@ -176,21 +176,3 @@ def explaining(ctx: PassContext) -> bool:
     return bool(getattr(ctx, "explain", None))
 
 
-class CountedRulePass(RulePass):
-    """A RulePass whose stats keep the pass's historical keys (``stat_keys``: rule name → key).
-
-    ``needs``: rule name → an op type its pattern contains. The rules are rooted at the last Mul,
-    so every Mul and Div is a candidate; a graph without that (rarer) op skips the rule outright.
-    """
-
-    stat_keys: ClassVar[dict[str, str]] = {}
-    needs: ClassVar[dict[str, str]] = {}
-
-    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        counts = dict.fromkeys(self.stat_keys.values(), 0)
-        rules = [r for r in self.rules if r.name not in self.needs or graph.nodes(self.needs[r.name])
-                 or explaining(ctx)]
-        if rules and self.applies(graph, ctx):
-            for rule, n in apply(graph, ctx, rules, self.facts(graph, ctx), self.name).items():
-                counts[self.stat_keys[rule]] += n
-        return PassResult(sum(counts.values()) > 0, counts)

@@ -37,8 +37,8 @@ from graphtool.ir.graph import Graph
 from graphtool.pass_manager import PassContext, register
 from graphtool.passes import _conv_fold_parts as parts
 from graphtool.passes._fuse_common import graph_opset
-from graphtool.passes._gelu_parts import CountedRulePass, explaining
-from graphtool.rewrite import Rule
+from graphtool.passes._gelu_parts import explaining
+from graphtool.rewrite import Rule, RulePass
 
 CONV_BATCH_NORM = Rule("conv-batch-norm", parts.BATCH_NORM, parts.emit, parts.check(parts.fold_batch_norm))
 CONV_MUL_DIV = Rule("conv-mul-div", parts.SCALE, parts.emit, parts.check(parts.fold_elementwise))
@@ -46,7 +46,7 @@ CONV_ADD_SUB = Rule("conv-add-sub", parts.SHIFT, parts.emit, parts.check(parts.f
 
 
 @register(level=1, priority=50)
-class FuseConvBatchNorm(CountedRulePass):
+class FuseConvBatchNorm(RulePass):
     """Fold an inference BatchNormalization into the Conv/ConvTranspose before it (new W and B)."""
 
     rules = (CONV_BATCH_NORM,)
@@ -57,7 +57,7 @@ class FuseConvBatchNorm(CountedRulePass):
 
 
 @register(level=1, priority=51)
-class FuseConvMul(CountedRulePass):
+class FuseConvMul(RulePass):
     """Fold Mul/Div of a Conv's output by a per-output-channel constant into the Conv's W and B."""
 
     rules = (CONV_MUL_DIV,)
@@ -65,7 +65,7 @@ class FuseConvMul(CountedRulePass):
 
 
 @register(level=1, priority=52)
-class FuseConvAdd(CountedRulePass):
+class FuseConvAdd(RulePass):
     """Fold Add/Sub of a per-output-channel constant to a Conv's output into the Conv's bias."""
 
     rules = (CONV_ADD_SUB,)

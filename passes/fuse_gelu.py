@@ -27,7 +27,7 @@ from graphtool.ir.graph import Graph
 from graphtool.pass_manager import PassContext, register
 from graphtool.passes import _gelu_parts as parts
 from graphtool.passes._fuse_common import graph_opset
-from graphtool.rewrite import Rule
+from graphtool.rewrite import Rule, RulePass
 
 _check = parts.all_of(parts.check_opset(True), parts.check_constants)
 GELU_ERF = Rule("gelu-erf", parts.ERF, parts.emit("Gelu", ["x"]), _check, emits="Gelu")
@@ -35,12 +35,11 @@ GELU_TANH = Rule("gelu-tanh", parts.TANH, parts.emit("Gelu", ["x"], approximate=
 
 
 @register(level=1, priority=58)
-class FuseGelu(parts.CountedRulePass):
+class FuseGelu(RulePass):
     """Fuse the erf and tanh spellings of GELU into one Gelu op (opset >= 20)."""
 
     rules = (GELU_ERF, GELU_TANH)
     stat_keys = {"gelu-erf": "erf", "gelu-tanh": "tanh"}
-    needs = {"gelu-erf": "Erf", "gelu-tanh": "Tanh"}
 
     def applies(self, graph: Graph, ctx: PassContext) -> bool:  # below 20 only --explain looks (and is told why)
         return graph_opset(graph, ctx) >= 20 or parts.explaining(ctx)

@@ -26,9 +26,8 @@ from onnx import TensorProto, helper
 
 from graphtool.ir.graph import Graph
 from graphtool.pass_manager import register
-from graphtool.passes._gelu_parts import CountedRulePass
 from graphtool.passes._types import infer_dtype, infer_rank
-from graphtool.rewrite import Match, Rewrite, Rule, Var, op
+from graphtool.rewrite import Match, Rewrite, Rule, RulePass, Var, op
 
 _GEMM_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
 
@@ -96,7 +95,7 @@ MATMUL_ADD = Rule("matmul-add", op.Add(op.MatMul(Var("a"), Var("b"), _name="mm")
 
 
 @register(level=1, priority=55, name="fuse-matmul-add")
-class FuseMatMulAdd(CountedRulePass):
+class FuseMatMulAdd(RulePass):
     """Fuse a 2-D MatMul followed by Add of a Gemm-broadcastable bias into one Gemm."""
 
     rules = (MATMUL_ADD,)

@@ -37,7 +37,7 @@ from graphtool.ir.graph import Graph
 from graphtool.pass_manager import PassContext, register
 from graphtool.passes import _norm_parts as parts
 from graphtool.passes._fuse_common import graph_opset
-from graphtool.rewrite import Rule
+from graphtool.rewrite import Rule, RulePass
 
 _check = parts.all_of(parts.check_ln_opset, parts.check_layernorm)
 LAYERNORM_AFFINE = Rule("layernorm-affine", parts.LN_AFFINE, parts.emit_layernorm, _check, emits="LayerNormalization")
@@ -45,12 +45,11 @@ LAYERNORM = Rule("layernorm", parts.LN_NORM, parts.emit_layernorm, _check, emits
 
 
 @register(level=1, priority=57)
-class FuseLayerNorm(parts.CountedRulePass):
+class FuseLayerNorm(RulePass):
     """Fuse a hand-written layer norm (ReduceMean/Sub/Pow/.../Div/Mul/Add) into LayerNormalization (opset >= 17)."""
 
     rules = (LAYERNORM_AFFINE, LAYERNORM)
     stat_keys = {"layernorm-affine": "fused", "layernorm": "fused"}
-    needs = {"layernorm-affine": "Sqrt", "layernorm": "Sqrt"}
 
     def applies(self, graph: Graph, ctx: PassContext) -> bool:  # below 17 only --explain looks (and is told why)
         return graph_opset(graph, ctx) >= 17 or parts.ort_below_17(graph, ctx) or parts.explaining(ctx)

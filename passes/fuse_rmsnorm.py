@@ -28,7 +28,7 @@ from graphtool.ir.graph import Graph
 from graphtool.pass_manager import PassContext, register
 from graphtool.passes import _norm_parts as parts
 from graphtool.passes._fuse_common import graph_opset
-from graphtool.rewrite import Rule
+from graphtool.rewrite import Rule, RulePass
 
 
 def _rules(op_type: str) -> tuple[Rule, Rule]:
@@ -44,9 +44,8 @@ def _main_tree(graph: Graph, ctx: PassContext) -> bool:
     return root is ctx.model.graph
 
 
-class _RmsPass(parts.CountedRulePass):
+class _RmsPass(RulePass):
     stat_keys = {"rms-norm-scaled": "fused", "rms-norm": "fused"}
-    needs = {"rms-norm-scaled": "ReduceMean", "rms-norm": "ReduceMean"}
 
     def facts(self, graph: Graph, ctx: PassContext) -> parts.Facts:
         return parts.Facts(graph, ctx)

@@ -24,7 +24,7 @@ from graphtool.pass_manager import PassContext, register
 from graphtool.passes import _activation_parts as acts
 from graphtool.passes._fuse_common import attr_protos
 from graphtool.passes._ort_common import MS_DOMAIN, contrib_allowed, record_shape, use_ms_domain
-from graphtool.rewrite import Const, Match, Rewrite, Rule, RulePass, Var, either, op
+from graphtool.rewrite import Match, Rewrite, Rule, RulePass, Var, either, op
 
 x, w, b, z = Var("x"), Var("w"), Var("b"), Var("z")
 conv = either(op.Conv(x, w, b, _name="conv"), op.Conv(x, w, _name="conv"))

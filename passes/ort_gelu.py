@@ -24,7 +24,7 @@ from graphtool.pass_manager import PassContext, register
 from graphtool.passes import _gelu_parts as parts
 from graphtool.passes._fuse_common import graph_opset
 from graphtool.passes._ort_common import MS_DOMAIN, contrib_allowed
-from graphtool.rewrite import Const, OneOf, Rule, Scalar, Var, either, ms, op
+from graphtool.rewrite import Const, OneOf, Rule, RulePass, Scalar, Var, either, ms, op
 
 _gelu = parts.all_of(parts.check_opset(False), parts.check_constants, parts.check_float("x"))
 ORT_GELU = Rule("ort-gelu-erf", parts.ERF, parts.emit("Gelu", ["x"], MS_DOMAIN), _gelu, emits="Gelu")
@@ -43,7 +43,7 @@ QUICK_GELU = Rule("quick-gelu", op.Mul(x, op.Sigmoid(either(op.Mul(x, Scalar("al
                   parts.all_of(parts.check_alpha, parts.check_float("x")), emits="QuickGelu")
 
 
-class _OrtRulePass(parts.CountedRulePass):
+class _OrtRulePass(RulePass):
     contrib: tuple[str, ...] = ()
 
     def applies(self, graph: Graph, ctx: PassContext) -> bool:
@@ -59,7 +59,6 @@ class OrtGelu(_OrtRulePass):
 
     rules = (ORT_GELU, ORT_FAST_GELU)
     stat_keys = {"ort-gelu-erf": "gelu", "ort-fast-gelu": "fast_gelu"}
-    needs = {"ort-gelu-erf": "Erf", "ort-fast-gelu": "Tanh"}
     contrib = ("Gelu", "FastGelu")
 
     def applies(self, graph: Graph, ctx: PassContext) -> bool:  # from 20 only --explain looks (and is told why)
@@ -81,5 +80,4 @@ class OrtQuickGelu(_OrtRulePass):
 
     rules = (QUICK_GELU,)
     stat_keys = {"quick-gelu": "fused"}
-    needs = {"quick-gelu": "Sigmoid"}
     contrib = ("QuickGelu",)

@@ -151,6 +151,10 @@ class Graph:
         ids.sort(key=lambda i: self.nx.nodes[i]["order"])
         return [Node(self, i) for i in ids]
 
+    def has_op(self, op_type: str) -> bool:
+        """Whether any op of this type is in this graph (O(1): the per-type index)."""
+        return bool(self._by_type.get(op_type))
+
     def has_node(self, node: Node) -> bool:
         return node.graph is self and node.id in self.nx
 

@@ -184,3 +184,20 @@ def root_types(pattern: Pattern) -> tuple[str, ...]:
     if isinstance(pattern, Either):
         return tuple(dict.fromkeys(t for o in pattern.options for t in root_types(o)))
     raise ValueError("a rule's pattern must be rooted at an op (or a choice of ops)")
+
+
+def required_types(pattern: Pattern) -> list[frozenset[str]]:
+    """Op types every match needs: each set names types of which the graph must hold at least
+    one. A rule whose needs the graph cannot meet is skipped before any candidate is tried — a
+    GELU rule rooted at a Mul costs nothing on a graph without Erf."""
+    if isinstance(pattern, OutputOf):
+        return required_types(pattern.op)
+    if isinstance(pattern, OpPattern):
+        return [frozenset(pattern.op_types)] + [s for p in pattern.inputs for s in required_types(p)]
+    if isinstance(pattern, Either):  # one of the alternatives' roots, and what every alternative needs
+        needs = [required_types(o) for o in pattern.options]
+        common = [s for s in dict.fromkeys(needs[0]) if all(s in n for n in needs[1:])]
+        return ([frozenset().union(*(n[0] for n in needs))] if all(needs) else []) + common
+    if isinstance(pattern, Optional):  # present or not, what it passes through is needed
+        return required_types(pattern.op.inputs[pattern.through])
+    return []  # Var: nothing

@@ -12,6 +12,7 @@ nothing reads any more, drop constants left unread, and record provenance and, f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, ClassVar
 
 import numpy as np
@@ -20,7 +21,7 @@ from graphtool.ir.graph import Graph, Node
 from graphtool.pass_manager import Pass, PassContext, PassResult
 from graphtool.rewrite.match import Match, Matcher, label
 from graphtool.rewrite.naming import Namer
-from graphtool.rewrite.pattern import Pattern, root_types
+from graphtool.rewrite.pattern import Pattern, required_types, root_types
 
 Check = Callable[[Match], "str | None"]
 
@@ -38,6 +39,14 @@ class Rule:
     @property
     def anchors(self) -> tuple[str, ...]:
         return root_types(self.pattern)
+
+    @cached_property
+    def needs(self) -> list[frozenset[str]]:
+        return required_types(self.pattern)
+
+    def possible(self, graph: Graph) -> bool:
+        """False when the graph lacks an op every match needs (the rule then costs nothing)."""
+        return all(any(graph.has_op(t) for t in types) for types in self.needs)
 
 
 class Rewrite:
@@ -76,6 +85,8 @@ def apply(graph: Graph, ctx: PassContext, rules: list[Rule], facts: Any = None, 
     counts = {rule.name: 0 for rule in rules}
     explain = _explaining(ctx, pass_name, rules)
     for rule in rules:
+        if not (explain and rule.name in explain) and not rule.possible(graph):
+            continue
         for root in [n for t in rule.anchors for n in graph.nodes(t)]:
             if not graph.has_node(root):
                 continue
@@ -209,9 +220,14 @@ def _note(ctx: PassContext, pass_name: str, rule: Rule, root: Node, depth: int, 
 
 
 class RulePass(Pass):
-    """A pass made of rules. Subclasses list ``rules`` and may override ``facts`` and ``applies``."""
+    """A pass made of rules. Subclasses list ``rules`` and may override ``facts`` and ``applies``.
+
+    Stats are ``fused`` and ``rule:<name>`` counts, or, with ``stat_keys`` (rule name → key),
+    the keys a pass reported before it was written as rules.
+    """
 
     rules: ClassVar[tuple[Rule, ...]] = ()
+    stat_keys: ClassVar[dict[str, str]] = {}
 
     def applies(self, graph: Graph, ctx: PassContext) -> bool:
         return True
@@ -220,9 +236,15 @@ class RulePass(Pass):
         return None
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
-        if not self.applies(graph, ctx):
-            return PassResult(False, {"fused": 0})
-        counts = apply(graph, ctx, list(self.rules), self.facts(graph, ctx), self.name)
-        total = sum(counts.values())
-        stats = {"fused": total, **{f"rule:{k}": v for k, v in counts.items() if v}}
-        return PassResult(total > 0, stats)
+        explaining = _explaining(ctx, self.name, list(self.rules))
+        rules = [r for r in self.rules if r.name in explaining or r.possible(graph)]
+        counts = apply(graph, ctx, rules, self.facts(graph, ctx), self.name) if rules and self.applies(graph, ctx) else {}
+        return PassResult(any(counts.values()), self.stats(counts))
+
+    def stats(self, counts: dict[str, int]) -> dict[str, int]:
+        if self.stat_keys:
+            keyed = dict.fromkeys(self.stat_keys.values(), 0)
+            for rule, n in counts.items():
+                keyed[self.stat_keys[rule]] += n
+            return keyed
+        return {"fused": sum(counts.values()), **{f"rule:{k}": v for k, v in counts.items() if v}}
