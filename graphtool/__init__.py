@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover - names for type checkers; loaded lazily a
     from graphtool.pass_manager import PassReport
     from graphtool.verify import Verification
 
-__all__ = ["load", "save", "optimize", "verify", "diff", "check", "inspect", "compare", "Model", "Graph"]
+__all__ = ["load", "save", "optimize", "verify", "diff", "check", "inspect", "compare", "tune", "Model", "Graph"]
 
 
 def load(path: str | os.PathLike[str]) -> Model:
@@ -102,6 +102,17 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
     return run(model, levels, target, **options)
 
 
+def tune(path: str | os.PathLike[str], output: str | os.PathLike[str], budget: float = 300.0, target: str = "ort",
+         threads: int | None = None, feeds: dict[str, np.ndarray] | None = None, **options: Any) -> dict[str, Any]:
+    """Measure graphtool's rewrite sets x onnxruntime's settings on this machine and write the
+    fastest verified model to ``output`` with its settings in ``output.session.json``
+    (``graphtool.runtime.session_for(output)`` opens it so); returns the report ``tune --json`` prints."""
+    from graphtool.tune_ort import tune_file
+
+    return tune_file(os.fspath(path), os.fspath(output), target=target, threads=threads, budget=budget,
+                     feeds=feeds, **options).as_dict()
+
+
 def __getattr__(name: str) -> Any:
     """``graphtool.Model`` and ``graphtool.Graph`` without importing the IR at package import."""
     if name == "Model":
@@ -129,5 +140,5 @@ class _FrontDoor(types.ModuleType):
         super().__setattr__(name, value)
 
 
-_FUNCTIONS = frozenset({"load", "save", "optimize", "verify", "diff", "check", "inspect", "compare"})
+_FUNCTIONS = frozenset({"load", "save", "optimize", "verify", "diff", "check", "inspect", "compare", "tune"})
 sys.modules[__name__].__class__ = _FrontDoor

@@ -115,3 +115,49 @@ def run(sess: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> list[Any]:
 
 def ort_dtype_to_onnx(type_str: str) -> int:
     return helper.np_dtype_to_tensor_dtype(np.dtype(ORT_TYPES.get(type_str, np.float32))) if type_str in ORT_TYPES else TensorProto.UNDEFINED
+
+
+# ------------------------------------------------------------------------ tuned sessions (graphtool tune)
+
+SESSION_SUFFIX = ".session.json"
+
+
+def tuned_session(model: str | bytes, level: str = "all", disabled: tuple[str, ...] | list[str] = (),
+                  threads: int = 0, optimized_path: str | None = None) -> ort.InferenceSession:
+    """A CPU session with the settings ``graphtool tune`` chooses among, in this process.
+
+    Unlike ``make_session`` it keeps onnxruntime's defaults for everything tune does not choose
+    (threads 0 = one per core, inter-op threads, memory patterns), so what tune measured is what
+    ``session_for`` reopens; and it passes ``disabled_optimizers``, which only the constructor takes."""
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = LEVELS[level]
+    opts.intra_op_num_threads = threads
+    opts.log_severity_level = 3
+    if optimized_path:
+        opts.optimized_model_filepath = optimized_path
+    kwargs: dict[str, Any] = {"disabled_optimizers": list(disabled)} if disabled else {}
+    try:
+        return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"], **kwargs)
+    except Exception as err:  # noqa: BLE001 - any load failure is the model's, said in one line
+        raise BadModel(f"onnxruntime cannot load the model: {_first_line(err)}") from None
+
+
+def session_for(path: str | os.PathLike[str]) -> ort.InferenceSession:
+    """Open a model ``graphtool tune`` wrote with the onnxruntime settings it saved beside it
+    (``PATH.session.json``): the settings are part of what was measured, so they travel with it."""
+    import json
+
+    path = os.fspath(path)
+    settings_path = path + SESSION_SUFFIX
+    try:
+        with open(settings_path, encoding="utf-8") as handle:
+            settings = json.load(handle)
+    except FileNotFoundError:
+        raise BadModel(f"{settings_path}: no session settings (write them with `graphtool tune`)") from None
+    except (OSError, ValueError) as err:
+        raise BadModel(f"{settings_path}: unreadable session settings ({type(err).__name__})") from None
+    level = settings.get("graph_optimization_level", "all")
+    if level not in LEVELS:
+        raise BadModel(f"{settings_path}: unknown graph_optimization_level '{level}'")
+    return tuned_session(path, level, tuple(settings.get("disabled_optimizers", ())),
+                         int(settings.get("intra_op_num_threads", 0)))

@@ -45,7 +45,7 @@ def _end_of_command() -> None:
 def _register_commands() -> None:
     from graphtool.cli import inspect_cmd, passes_cmd  # noqa: F401
 
-    for module in ("optimize_cmd", "compare_cmd", "diff_cmd", "viz_cmd", "check_cmd", "convert_cmd"):
+    for module in ("optimize_cmd", "compare_cmd", "diff_cmd", "viz_cmd", "check_cmd", "convert_cmd", "tune_cmd"):
         try:
             __import__(f"graphtool.cli.{module}")
         except ModuleNotFoundError as err:

@@ -38,6 +38,7 @@ TEMPLATES: dict[str, Callable[[str, Path], list[str]]] = {
     "compare": lambda m, out: ["compare", m, "--levels", "1"],
     # the cases are opset 17: converting to 18 runs the converter and the ORT comparison
     "convert": lambda m, out: ["convert", m, "--opset", "18", "-o", str(out / "out.onnx")],
+    "tune": lambda m, out: ["tune", m, "-o", str(out / "out.onnx"), "--budget", "2"],
 }
 NO_MODEL_COMMANDS = {"passes"}  # commands that take no model
 

@@ -1,0 +1,105 @@
+"""graphtool tune MODEL -o OUT"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from graphtool import io
+from graphtool.cli import cli
+from graphtool.cli.inputs import input_options, resolve_inputs
+from graphtool.cli.output import emit
+from graphtool.errors import UsageError
+from graphtool.inspect import format_table
+from graphtool.runtime import SESSION_SUFFIX
+from graphtool.tune import Candidate, TuneResult
+from graphtool.verify import ATOL, RTOL
+
+
+def snippet(candidate: Candidate, output: str) -> str:
+    """A Python snippet that opens OUT as it was measured."""
+    s = candidate.ort
+    level = {"off": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+             "all": "ORT_ENABLE_ALL"}[s.level]
+    lines = ["import onnxruntime as ort", "", "opts = ort.SessionOptions()",
+             f"opts.graph_optimization_level = ort.GraphOptimizationLevel.{level}"]
+    if s.threads:
+        lines.append(f"opts.intra_op_num_threads = {s.threads}")
+    extra = f", disabled_optimizers={s.optimizer_names()!r}" if s.disabled else ""
+    lines.append(f"sess = ort.InferenceSession({output!r}, opts, providers=['CPUExecutionProvider']{extra})")
+    lines.append(f"# or: graphtool.runtime.session_for({output!r})  (reads {os.path.basename(output)}{SESSION_SUFFIX})")
+    return "\n".join(lines)
+
+
+def format_result(result: TuneResult) -> str:
+    rows = [[r.stage, r.candidate.label(), f"{r.median * 1000:.2f}", f"±{r.spread:.0%}", f"{r.speedup:.2f}x",
+             "-" if r.candidate == result.baseline else f"{r.confidence:.0%}", r.rounds, r.status]
+            for r in result.rows]
+    lines = [format_table(rows, ["stage", "candidate", "median ms", "noise", "vs original", "conf. faster",
+                                 "rounds", "status"])]
+    if result.kernels:
+        krows = [[k.op, k.shapes, f"{k.fused * 1e6:.0f}", f"{k.unfused * 1e6:.0f}", f"{k.fused / k.unfused:.2f}x",
+                  k.verdict] for k in result.kernels]
+        lines += ["", "kernels (fused op vs the subgraph it replaces, ORT all with its own fusion of that op off):",
+                  format_table(krows, ["op", "inputs", "fused µs", "unfused µs", "time ratio", "verdict"])]
+    for finding in result.findings:
+        lines.append(f"finding: {finding}")
+    for name, why in result.failed.items():
+        lines.append(f"verification failed: {name}: {why}")
+    for skipped in result.skipped:
+        lines.append(f"skipped: {skipped}")
+    runner = "" if result.runner_up_confidence is None else \
+        f", {result.runner_up_confidence:.0%} confident it beats the runner-up"
+    verdict = "faster than" if result.confidence >= 0.95 else "within noise of"
+    lines.append(f"best: {result.winner.label()}: {result.speedup:.2f}x vs the original under onnxruntime's defaults "
+                 f"({result.confidence:.0%} confident it is faster: {verdict} it{runner}); {result.seconds:.0f} s")
+    return "\n".join(lines)
+
+
+@cli.command("tune")
+@click.argument("model_path", metavar="MODEL", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Where to write the fastest verified model (settings go to OUT.session.json).")
+@click.option("--target", type=click.Choice(["ort", "onnx"]), default="ort", show_default=True,
+              help="ort: rewrite sets may use com.microsoft contrib ops; onnx: standard ops only.")
+@click.option("--threads", type=click.IntRange(1, 1024), default=None,
+              help="Pin onnxruntime's intra-op threads (default: try 1 and one per core).")
+@click.option("--budget", type=click.FloatRange(1, 86400), default=300.0, show_default=True,
+              help="Seconds the search may take (stages beyond it are skipped and reported).")
+@input_options
+@click.option("--rtol", type=float, default=RTOL, show_default=True)
+@click.option("--atol", type=float, default=ATOL, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def tune_command(model_path: str, output: str, target: str, threads: int | None, budget: float,
+                 input_shapes: tuple[str, ...], inputs_file: str | None, input_values: tuple[str, ...],
+                 rtol: float, atol: float, as_json: bool) -> None:
+    """Measure graphtool's rewrite sets x onnxruntime's settings on this machine; keep the fastest.
+
+    Kernel micro-benchmarks (each fused op against the subgraph it replaces, at the model's
+    shapes) prune the search; whole-model runs, interleaved with the original under onnxruntime's
+    defaults, decide. Every rewritten model is verified before it can win. Writes OUT and
+    OUT.session.json (the onnxruntime settings; graphtool.runtime.session_for opens it)."""
+    from graphtool.progress import progress_steps
+    from graphtool.tune_ort import tune_file
+
+    if os.path.abspath(output) == os.path.abspath(model_path):
+        raise UsageError("-o must differ from MODEL (tune compares against the original)")
+    original = io.load(model_path)
+    model_inputs = [n for n in original.graph.inputs if n not in original.graph.initializers]
+    shapes, feeds, values = resolve_inputs(model_inputs, input_shapes, inputs_file, input_values)
+    with progress_steps("tuning", enabled=not as_json) as step:
+        run = tune_file(model_path, output, original=original, target=target, threads=threads, budget=budget,
+                        feeds=feeds, input_shapes=shapes, input_values=values, rtol=rtol, atol=atol, progress=step)
+    result = run.result
+    report = run.as_dict()
+    if as_json:
+        emit(report, True)
+        return
+    described = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in run.timing_shapes.items())
+    click.echo(f"timing inputs: {described} ({run.timing_how})")
+    click.echo(format_result(result))
+    click.echo(f"verification: {run.verification}")
+    click.echo(f"wrote {output} and {output}{SESSION_SUFFIX}")
+    click.echo("")
+    click.echo(snippet(result.winner, output))

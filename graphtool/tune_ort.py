@@ -1,0 +1,350 @@
+"""The onnxruntime side of ``tune``: build each rewrite set, time sessions, micro-benchmark kernels.
+
+graphtool.tune decides; this module measures. ``OrtTimer`` implements tune's ``Timer`` protocol
+with real sessions in this process (never the sandbox child: a pipe round trip would be timed
+too), wall-clock ``perf_counter`` around ``session.run`` on the model's real inputs, candidates
+interleaved round by round so load from other processes falls on all of them alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from graphtool import io
+from graphtool.ir.model import Model
+from graphtool.optimize import optimize
+from graphtool.pass_manager import load_builtin_and_plugins
+from graphtool.runtime import SESSION_SUFFIX, tuned_session
+from graphtool.tune import FUSED_OPS, ORT_FUSIONS, Candidate, OrtSettings, RewriteSet, TuneResult, tune
+from graphtool.verify import ATOL, RTOL, find_inputs, verify
+
+WARMUP = 2
+# onnxruntime's intra-op threads spin after a run; interleaved, they steal the next session's CPU
+# (BERT-base, 2 cores: a 1-thread session measured 643 ms after a 2-thread one, 584 ms alone, 573
+# ms with this pause between runs), so multi-threaded pools get a pause to park their threads.
+SPIN_PAUSE = 0.005
+KERNEL_MIN_ROUNDS, KERNEL_MAX_ROUNDS = 10, 300
+
+
+def _op_counts(proto: onnx.ModelProto) -> Counter:
+    return Counter(n.op_type for n in proto.graph.node)
+
+
+class OrtTimer:
+    """Rewrite-set models on disk under ``workdir``, sessions kept while their candidates are timed."""
+
+    def __init__(self, original: Model, original_path: str, feeds: dict[str, np.ndarray], target: str,
+                 workdir: str, input_shapes: dict[str, list[int]] | None = None) -> None:
+        self.original, self.original_path, self.feeds = original, original_path, feeds
+        self.target, self.workdir, self.input_shapes = target, workdir, input_shapes or {}
+        self.paths: dict[RewriteSet, str] = {}
+        self.provenance: dict[RewriteSet, dict[str, list[str]]] = {}
+        self.sessions: dict[Candidate, Any] = {}
+        self.notes: list[str] = []
+        self.known_passes = set(load_builtin_and_plugins())
+
+    # ------------------------------------------------------------------------------ rewrite sets
+
+    def path(self, rewrite: RewriteSet) -> str:
+        """The rewrite set's model file (made on first use)."""
+        if rewrite.level == 0:
+            return self.original_path
+        if rewrite not in self.paths:
+            skip = [p for p in rewrite.skip if p in self.known_passes]
+            model, _report, ctx = optimize(self.original, level=rewrite.level, target=self.target, skip=skip,
+                                           input_shapes=self.input_shapes)
+            path = os.path.join(self.workdir, f"rewrite{len(self.paths)}.onnx")
+            io.save(model, path)
+            self.paths[rewrite] = path
+            self.provenance[rewrite] = {k: list(v) for k, v in ctx.provenance.items()}
+        return self.paths[rewrite]
+
+    def model(self, rewrite: RewriteSet) -> Model:
+        return self.original if rewrite.level == 0 else io.load(self.path(rewrite))
+
+    # ---------------------------------------------------------------------------- whole models
+
+    def _session(self, cand: Candidate) -> Any:
+        if cand not in self.sessions:
+            sess = tuned_session(self.path(cand.rewrite), cand.ort.level, tuple(cand.ort.optimizer_names()),
+                                 cand.ort.threads)
+            names = {i.name for i in sess.get_inputs()}
+            feeds = {k: v for k, v in self.feeds.items() if k in names}
+            for _ in range(WARMUP):
+                sess.run(None, feeds)
+            self.sessions[cand] = (sess, feeds)
+        return self.sessions[cand]
+
+    def time(self, candidates: Sequence[Candidate], rounds: int) -> dict[Candidate, list[float]]:
+        for stale in [c for c in self.sessions if c not in candidates]:  # one stage's sessions at a time
+            del self.sessions[stale]
+        runs = [(c, *self._session(c)) for c in candidates]
+        samples: dict[Candidate, list[float]] = {c: [] for c in candidates}
+        pause = SPIN_PAUSE if any(c.ort.threads != 1 for c in candidates) else 0.0
+        for r in range(rounds):
+            order = runs[r % len(runs):] + runs[:r % len(runs)]  # rotate: no candidate always runs first
+            for cand, sess, feeds in order:
+                if pause:
+                    time.sleep(pause)
+                start = time.perf_counter()
+                sess.run(None, feeds)
+                samples[cand].append(time.perf_counter() - start)
+        return samples
+
+    def close(self) -> None:
+        self.sessions.clear()
+
+    # ------------------------------------------------------------------------- ORT's fusions
+
+    def ort_fusions(self, rewrite: RewriteSet) -> list[str]:
+        """onnxruntime fusions that make ops at the extended level on this model, checked to be names
+        ``disabled_optimizers`` accepts: with all of them disabled, none of their ops may appear."""
+        path = self.path(rewrite)
+        before = _op_counts(onnx.load(path, load_external_data=False))
+
+        def fused(disabled: list[str]) -> Counter:
+            out = os.path.join(self.workdir, "ort_extended.onnx")
+            tuned_session(path, "extended", tuple(OrtSettings(disabled=tuple(disabled)).optimizer_names()), 1,
+                          optimized_path=out)
+            after = _op_counts(onnx.load(out, load_external_data=False))
+            return Counter({op: after[op] - before.get(op, 0) for op in after if after[op] > before.get(op, 0)})
+
+        try:
+            made = fused([])
+            firing = [name for name, op in ORT_FUSIONS.items() if made.get(op)]
+            if firing:
+                still = fused(firing)
+                refused = [name for name in firing if still.get(ORT_FUSIONS[name])]
+                for name in refused:
+                    self.notes.append(f"{rewrite.name}: onnxruntime still makes {ORT_FUSIONS[name]} with {name} "
+                                      "disabled (not a name it accepts, or another fusion makes it): not tuned")
+                firing = [n for n in firing if n not in refused]
+        except Exception as err:  # noqa: BLE001 - a model ORT cannot save optimized: no fusion to tune
+            self.notes.append(f"{rewrite.name}: could not inspect onnxruntime's fusions ({type(err).__name__})")
+            return []
+        return firing
+
+    # ------------------------------------------------------------------------------- kernels
+
+    def kernels(self, threads: int, seconds: float) -> dict[str, tuple[str, list[float], list[float]]]:
+        """Each fused op of the level-2 rewrite, one instance, against the original subgraph it
+        absorbed, both with the inputs that reach them on the model's real inputs and both at
+        onnxruntime's default level with ORT's own fusion for that op disabled (so the unfused side
+        is what the model would run if neither graphtool nor onnxruntime fused it)."""
+        level2 = RewriteSet("level 2", 2)
+        fused_proto = onnx.load_from_string(io.to_bytes(self.model(level2)))
+        original_proto = onnx.load_from_string(io.to_bytes(self.original))
+        provenance = self.provenance.get(level2, {})
+        by_name = {n.name: n for n in original_proto.graph.node if n.name}
+        picks: dict[str, tuple[onnx.NodeProto, list[onnx.NodeProto]]] = {}
+        for node in fused_proto.graph.node:
+            olds = _originals(node.name, provenance, set(by_name)) if node.name in provenance else []
+            if node.op_type in FUSED_OPS and node.op_type not in picks and len(olds) >= 2 \
+                    and all(o in by_name for o in olds):
+                picks[node.op_type] = (node, [by_name[o] for o in olds])
+        if not picks:
+            return {}
+        pairs = {op: (_subgraph(fused_proto, [node]), _subgraph(original_proto, olds))
+                 for op, (node, olds) in picks.items()}
+        fused_values = _values(fused_proto, {v for sub, _ in pairs.values() for v in sub["feeds"]}, self.feeds)
+        original_values = _values(original_proto, {v for _, sub in pairs.values() for v in sub["feeds"]}, self.feeds)
+        results: dict[str, tuple[str, list[float], list[float]]] = {}
+        share = seconds / len(pairs)
+        for op, (fused_sub, unfused_sub) in pairs.items():
+            disabled = tuple(OrtSettings(disabled=(FUSED_OPS[op][2],)).optimizer_names()) if FUSED_OPS[op][2] else ()
+            try:
+                a = _micro_session(fused_proto, fused_sub, fused_values, disabled, threads)
+                b = _micro_session(original_proto, unfused_sub, original_values, disabled, threads)
+            except Exception as err:  # noqa: BLE001 - a subgraph that does not stand alone: no verdict
+                self.notes.append(f"kernel {op}: not measured ({type(err).__name__})")
+                continue
+            shapes = " ".join("x".join(map(str, v.shape)) for v in a[1].values() if v.ndim)
+            results[op] = (f"[{shapes}]", *_interleave(a, b, share))
+        return results
+
+
+def _originals(name: str, provenance: dict[str, list[str]], original: set[str]) -> list[str]:
+    """The original nodes a fused node absorbed, through the fused nodes it absorbed in turn
+    (SkipLayerNormalization absorbs the LayerNormalization level 1 made from the decomposed ops)."""
+    found: list[str] = []
+    stack, seen = [name], {name}
+    while stack:
+        for old in provenance.get(stack.pop(), []):
+            if old in original:
+                found.append(old)
+            elif old not in seen:
+                seen.add(old)
+                stack.append(old)
+    return list(dict.fromkeys(found))
+
+
+def _subgraph(proto: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> dict[str, Any]:
+    """Nodes (with the Constant nodes feeding them), the initializers they read, the values to
+    feed (runtime values entering them), and their outputs (values leaving them)."""
+    graph = proto.graph
+    producer = {o: n for n in graph.node for o in n.output if o}
+    inits = {t.name for t in graph.initializer}
+    chosen = list(nodes)
+    for node in nodes:
+        for name in node.input:
+            src = producer.get(name)
+            if src is not None and src.op_type == "Constant" and src not in chosen:
+                chosen.insert(0, src)
+    produced = {o for n in chosen for o in n.output if o}
+    consumed = [i for n in chosen for i in n.input if i]
+    ids = {id(n) for n in chosen}
+    used_outside = {i for n in graph.node if id(n) not in ids for i in n.input} | {o.name for o in graph.output}
+    outputs = [o for n in chosen for o in n.output if o and o in used_outside] or \
+              [o for o in produced if o not in consumed]
+    feeds = [v for v in dict.fromkeys(consumed) if v not in produced and v not in inits]
+    return {"nodes": chosen, "inits": [v for v in dict.fromkeys(consumed) if v in inits and v not in produced],
+            "feeds": feeds, "outputs": outputs}
+
+
+def _values(proto: onnx.ModelProto, names: set[str], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The runtime values ``names`` take when the model runs on ``feeds`` (exposed as extra outputs)."""
+    graph_inputs = {i.name for i in proto.graph.input}
+    values = {n: feeds[n] for n in names if n in graph_inputs and n in feeds}
+    wanted = [n for n in names if n not in values]
+    if not wanted:
+        return values
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    existing = {o.name for o in copy.graph.output}
+    copy.graph.output.extend(onnx.ValueInfoProto(name=n) for n in wanted if n not in existing)
+    sess = tuned_session(copy.SerializeToString(), "off", (), 1)
+    accepted = {i.name for i in sess.get_inputs()}
+    names_out = [o.name for o in sess.get_outputs()]
+    out = dict(zip(names_out, sess.run(None, {k: v for k, v in feeds.items() if k in accepted})))
+    values.update({n: np.asarray(out[n]) for n in wanted if n in out})
+    return values
+
+
+def _micro_session(proto: onnx.ModelProto, sub: dict[str, Any], values: dict[str, np.ndarray],
+                   disabled: tuple[str, ...], threads: int) -> tuple[Any, dict[str, np.ndarray]]:
+    inits = {t.name: t for t in proto.graph.initializer}
+    feeds = {n: values[n] for n in sub["feeds"]}
+    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+              for n, v in feeds.items()]
+    graph = helper.make_graph(sub["nodes"], "kernel", inputs, [onnx.ValueInfoProto(name=o) for o in sub["outputs"]],
+                              [inits[n] for n in sub["inits"]])
+    model = helper.make_model(graph, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
+    sess = tuned_session(model.SerializeToString(), "all", disabled, threads)
+    for _ in range(WARMUP):
+        sess.run(None, feeds)
+    return sess, feeds
+
+
+def _interleave(a: tuple[Any, dict], b: tuple[Any, dict], seconds: float) -> tuple[list[float], list[float]]:
+    """Alternate runs of the two sessions until ``seconds`` (at least KERNEL_MIN_ROUNDS rounds)."""
+    times: tuple[list[float], list[float]] = ([], [])
+    end = time.perf_counter() + seconds
+    for r in range(KERNEL_MAX_ROUNDS):
+        if r >= KERNEL_MIN_ROUNDS and time.perf_counter() > end:
+            break
+        for index in ((0, 1) if r % 2 == 0 else (1, 0)):
+            sess, feeds = (a, b)[index]
+            start = time.perf_counter()
+            sess.run(None, feeds)
+            times[index].append(time.perf_counter() - start)
+    return times
+
+
+class Verifier:
+    """tune's verifier: graphtool.verify against the original, input sets found once and reused."""
+
+    def __init__(self, timer: OrtTimer, feeds: dict[str, np.ndarray] | None, input_shapes: dict[str, list[int]],
+                 input_values: dict[str, list[Any]], rtol: float, atol: float) -> None:
+        self.timer, self.feeds, self.shapes, self.values = timer, feeds, input_shapes, input_values
+        self.rtol, self.atol = rtol, atol
+        self.input_sets: Any = None
+        self.summaries: dict[RewriteSet, str] = {}
+
+    def __call__(self, rewrite: RewriteSet) -> str | None:
+        result = verify(self.timer.original, self.timer.model(rewrite), input_shapes=self.shapes, feeds=self.feeds,
+                        input_values=self.values, rtol=self.rtol, atol=self.atol,
+                        original_path=self.timer.original_path, input_sets=self.input_sets)
+        self.input_sets = result.input_sets
+        self.summaries[rewrite] = result.summary()
+        return None if result.ok else result.summary()
+
+
+@dataclass
+class TuneRun:
+    """What ``tune_file`` did: the search's result, the inputs it timed on, the winner's verification."""
+
+    model_path: str
+    output: str
+    target: str
+    budget: float
+    result: TuneResult
+    timing_shapes: dict[str, list[int]]
+    timing_how: str
+    verification: str
+    settings: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"input": self.model_path, "output": self.output, "session": self.output + SESSION_SUFFIX,
+                "target": self.target, "budget": self.budget, "timing_inputs": self.timing_shapes,
+                "timing_inputs_how": self.timing_how, "verification": self.verification, "settings": self.settings,
+                **self.result.as_dict()}
+
+
+def session_settings(result: TuneResult, output: str) -> dict[str, Any]:
+    """What OUT.session.json holds: the onnxruntime settings (what ``runtime.session_for`` reads)
+    and how they were found (for the person who wonders why a fusion is off)."""
+    import platform
+
+    import onnxruntime as ort
+
+    return {"model": os.path.basename(output), "providers": ["CPUExecutionProvider"], **result.winner.ort.as_dict(),
+            "rewrite": result.winner.rewrite.as_dict(), "onnxruntime": ort.__version__,
+            "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+            "speedup": round(result.speedup, 4), "confidence": round(result.confidence, 3)}
+
+
+def tune_file(model_path: str, output: str, original: Model | None = None, target: str = "ort",
+              threads: int | None = None, budget: float = 300.0, feeds: dict[str, np.ndarray] | None = None,
+              input_shapes: dict[str, list[int]] | None = None, input_values: dict[str, list[Any]] | None = None,
+              rtol: float = RTOL, atol: float = ATOL, progress: Callable[[str], None] = lambda _s: None) -> TuneRun:
+    """Tune ``model_path`` on this machine; write the winner to ``output`` and its onnxruntime
+    settings to ``output.session.json``. Times on ``feeds`` if given, else on the largest input
+    set verification finds (which may be smaller than what the user runs: the report says so)."""
+    from graphtool.optimize import require_schema_valid
+
+    original = original if original is not None else io.load(model_path)
+    require_schema_valid(original)  # a broken op is named as such, before onnxruntime's load error
+    shapes, values = dict(input_shapes or {}), dict(input_values or {})
+    if feeds is not None:
+        timing, how = feeds, "given"
+    else:
+        found = find_inputs(original, model_path, shapes, values)
+        timing = found.sets[-1].feeds
+        how = f"{found.how}; give --inputs or --input-shape for the shapes you run"
+    with tempfile.TemporaryDirectory(prefix="graphtool-tune-") as workdir:
+        timer = OrtTimer(original, model_path, timing, target, workdir, shapes)
+        verifier = Verifier(timer, feeds, shapes, values, rtol, atol)
+        result = tune(timer, verifier, time.perf_counter, budget=budget, threads=threads,
+                      cores=os.cpu_count() or 1, progress=progress)
+        timer.close()
+        result.findings += timer.notes
+        if result.winner.rewrite.level == 0:
+            verification = "the original (no rewrite)"
+        else:
+            verification = verifier.summaries.get(result.winner.rewrite, "verified")
+        io.save(timer.model(result.winner.rewrite), output)
+    settings = session_settings(result, output)
+    with io.atomic_file(output + SESSION_SUFFIX) as handle:
+        handle.write((json.dumps(settings, indent=2) + "\n").encode())
+    return TuneRun(model_path, output, target, budget, result, {k: list(v.shape) for k, v in timing.items()}, how,
+                   verification, settings)
