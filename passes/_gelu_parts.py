@@ -8,15 +8,13 @@ no higher rank than ``x`` (else it would broadcast the result) — are checked h
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, Callable
 
 import numpy as np
 
-from graphtool.ir.graph import Graph
-from graphtool.pass_manager import PassContext
 from graphtool.passes._fuse_common import close, graph_opset, rank
-from graphtool.passes._ort_common import MS_DOMAIN, Dims, Shapes, record_shape, use_ms_domain
+from graphtool.passes._ort_common import MS_DOMAIN, record_shape, use_ms_domain
+from graphtool.passes._rule_common import keep_root_name
 from graphtool.rewrite import Match, Rewrite, Scalar, Var, either, op
 
 RTOL = 1e-4
@@ -79,17 +77,6 @@ def check_opset(at_least_20: bool) -> Callable[[Match], str | None]:
     return check
 
 
-def all_of(*checks: Callable[[Match], str | None]) -> Callable[[Match], str | None]:
-    def check(m: Match) -> str | None:
-        for one in checks:
-            why = one(m)
-            if why:
-                return why
-        return None
-
-    return check
-
-
 def check_float(name: str) -> Callable[[Match], str | None]:
     def check(m: Match) -> str | None:
         if not m.facts.shapes.is_float(m[name]):
@@ -128,14 +115,6 @@ def check_alpha(m: Match) -> str | None:
 # ---------------------------------------------------------------------- replacements
 
 
-def keep_root_name(m: Match, rw: Rewrite) -> None:
-    """Unscoped chains: the fused op takes the name of the node it stands for (the root), not of
-    the last node matched (the engine's fallback), as the hand-written passes named it."""
-    prefix = os.path.commonprefix([n.name for n in m.nodes if n.name])
-    if "/" not in prefix and m.root.name:
-        rw.name = m.root.name
-
-
 def emit(op_type: str, inputs: list[str], domain: str = "", **attrs: Any) -> Callable[[Match, Rewrite], str]:
     """A replacement: one ``op_type`` node on the bound values ``inputs``; a contrib op imports
     com.microsoft and declares the output's type (ORT's ops are opaque to ONNX shape inference)."""
@@ -159,20 +138,3 @@ def emit_quick_gelu(m: Match, rw: Rewrite) -> str:
 
 
 # ---------------------------------------------------------------------- passes
-
-
-class Facts:
-    """Shapes and dim proofs for one pass run of the ort rules."""
-
-    def __init__(self, graph: Graph, ctx: PassContext):
-        self.shapes = Shapes(graph, ctx)
-        self.dims = Dims(graph, self.shapes)
-
-    def rank(self, value: str) -> int | None:
-        return self.shapes.rank(value)
-
-
-def explaining(ctx: PassContext) -> bool:
-    return bool(getattr(ctx, "explain", None))
-
-

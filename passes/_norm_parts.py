@@ -16,11 +16,10 @@ from onnx import helper
 from graphtool.ir.graph import Graph
 from graphtool.pass_manager import PassContext
 from graphtool.passes._fuse_common import graph_opset, rank, reduce_mean_axes, scalar_const, trailing_axes_count
-from graphtool.passes._gelu_parts import Facts, all_of, explaining, keep_root_name
+from graphtool.passes._rule_common import Facts, keep_root_name
 from graphtool.passes._ort_common import Dims, Shapes, record_shape, use_ms_domain
-from graphtool.rewrite import Const, Match, Rewrite, Scalar, Var, apply, either, op, opt
+from graphtool.rewrite import Const, Match, Rewrite, Scalar, Var, either, op, opt
 
-__all__ = ["Facts", "all_of", "apply", "explaining"]
 
 # ---------------------------------------------------------------------- patterns
 

@@ -37,7 +37,7 @@ from graphtool.ir.graph import Graph
 from graphtool.pass_manager import PassContext, register
 from graphtool.passes import _conv_fold_parts as parts
 from graphtool.passes._fuse_common import graph_opset
-from graphtool.passes._gelu_parts import explaining
+from graphtool.passes._rule_common import explaining
 from graphtool.rewrite import Rule, RulePass
 
 CONV_BATCH_NORM = Rule("conv-batch-norm", parts.BATCH_NORM, parts.emit, parts.check(parts.fold_batch_norm))

@@ -26,10 +26,11 @@ from __future__ import annotations
 from graphtool.ir.graph import Graph
 from graphtool.pass_manager import PassContext, register
 from graphtool.passes import _gelu_parts as parts
+from graphtool.passes import _rule_common as common
 from graphtool.passes._fuse_common import graph_opset
 from graphtool.rewrite import Rule, RulePass
 
-_check = parts.all_of(parts.check_opset(True), parts.check_constants)
+_check = common.all_of(parts.check_opset(True), parts.check_constants)
 GELU_ERF = Rule("gelu-erf", parts.ERF, parts.emit("Gelu", ["x"]), _check, emits="Gelu")
 GELU_TANH = Rule("gelu-tanh", parts.TANH, parts.emit("Gelu", ["x"], approximate="tanh"), _check, emits="Gelu")
 
@@ -42,4 +43,4 @@ class FuseGelu(RulePass):
     stat_keys = {"gelu-erf": "erf", "gelu-tanh": "tanh"}
 
     def applies(self, graph: Graph, ctx: PassContext) -> bool:  # below 20 only --explain looks (and is told why)
-        return graph_opset(graph, ctx) >= 20 or parts.explaining(ctx)
+        return graph_opset(graph, ctx) >= 20 or common.explaining(ctx)

@@ -36,10 +36,11 @@ from __future__ import annotations
 from graphtool.ir.graph import Graph
 from graphtool.pass_manager import PassContext, register
 from graphtool.passes import _norm_parts as parts
+from graphtool.passes import _rule_common as common
 from graphtool.passes._fuse_common import graph_opset
 from graphtool.rewrite import Rule, RulePass
 
-_check = parts.all_of(parts.check_ln_opset, parts.check_layernorm)
+_check = common.all_of(parts.check_ln_opset, parts.check_layernorm)
 LAYERNORM_AFFINE = Rule("layernorm-affine", parts.LN_AFFINE, parts.emit_layernorm, _check, emits="LayerNormalization")
 LAYERNORM = Rule("layernorm", parts.LN_NORM, parts.emit_layernorm, _check, emits="LayerNormalization")
 
@@ -52,4 +53,4 @@ class FuseLayerNorm(RulePass):
     stat_keys = {"layernorm-affine": "fused", "layernorm": "fused"}
 
     def applies(self, graph: Graph, ctx: PassContext) -> bool:  # below 17 only --explain looks (and is told why)
-        return graph_opset(graph, ctx) >= 17 or parts.ort_below_17(graph, ctx) or parts.explaining(ctx)
+        return graph_opset(graph, ctx) >= 17 or parts.ort_below_17(graph, ctx) or common.explaining(ctx)

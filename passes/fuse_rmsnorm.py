@@ -27,6 +27,7 @@ from __future__ import annotations
 from graphtool.ir.graph import Graph
 from graphtool.pass_manager import PassContext, register
 from graphtool.passes import _norm_parts as parts
+from graphtool.passes import _rule_common as common
 from graphtool.passes._fuse_common import graph_opset
 from graphtool.rewrite import Rule, RulePass
 
@@ -47,8 +48,8 @@ def _main_tree(graph: Graph, ctx: PassContext) -> bool:
 class _RmsPass(RulePass):
     stat_keys = {"rms-norm-scaled": "fused", "rms-norm": "fused"}
 
-    def facts(self, graph: Graph, ctx: PassContext) -> parts.Facts:
-        return parts.Facts(graph, ctx)
+    def facts(self, graph: Graph, ctx: PassContext) -> common.Facts:
+        return common.Facts(graph, ctx)
 
 
 @register(level=2, priority=57)

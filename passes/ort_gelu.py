@@ -22,16 +22,17 @@ from __future__ import annotations
 from graphtool.ir.graph import Graph
 from graphtool.pass_manager import PassContext, register
 from graphtool.passes import _gelu_parts as parts
+from graphtool.passes import _rule_common as common
 from graphtool.passes._fuse_common import graph_opset
 from graphtool.passes._ort_common import MS_DOMAIN, contrib_allowed
 from graphtool.rewrite import Const, OneOf, Rule, RulePass, Scalar, Var, either, ms, op
 
-_gelu = parts.all_of(parts.check_opset(False), parts.check_constants, parts.check_float("x"))
+_gelu = common.all_of(parts.check_opset(False), parts.check_constants, parts.check_float("x"))
 ORT_GELU = Rule("ort-gelu-erf", parts.ERF, parts.emit("Gelu", ["x"], MS_DOMAIN), _gelu, emits="Gelu")
 ORT_FAST_GELU = Rule("ort-fast-gelu", parts.TANH, parts.emit("FastGelu", ["x"], MS_DOMAIN), _gelu, emits="FastGelu")
 
 _biased = op.Add(Var("a"), Const("bias"))
-_bias = parts.all_of(parts.check_bias, parts.check_float("a"))
+_bias = common.all_of(parts.check_bias, parts.check_float("a"))
 BIAS_GELU = Rule("bias-gelu", either(op.Gelu(_biased, approximate=OneOf("none", b"none", None)), ms.Gelu(_biased)),
                  parts.emit("BiasGelu", ["a", "bias"], MS_DOMAIN), _bias, emits="BiasGelu")
 BIAS_FAST_GELU = Rule("bias-fast-gelu",
@@ -40,7 +41,7 @@ BIAS_FAST_GELU = Rule("bias-fast-gelu",
 
 x = Var("x")
 QUICK_GELU = Rule("quick-gelu", op.Mul(x, op.Sigmoid(either(op.Mul(x, Scalar("alpha")), x))), parts.emit_quick_gelu,
-                  parts.all_of(parts.check_alpha, parts.check_float("x")), emits="QuickGelu")
+                  common.all_of(parts.check_alpha, parts.check_float("x")), emits="QuickGelu")
 
 
 class _OrtRulePass(RulePass):
@@ -49,8 +50,8 @@ class _OrtRulePass(RulePass):
     def applies(self, graph: Graph, ctx: PassContext) -> bool:
         return contrib_allowed(graph, ctx, *self.contrib)
 
-    def facts(self, graph: Graph, ctx: PassContext) -> parts.Facts:
-        return parts.Facts(graph, ctx)
+    def facts(self, graph: Graph, ctx: PassContext) -> common.Facts:
+        return common.Facts(graph, ctx)
 
 
 @register(level=2, target="ort", priority=59)
@@ -62,7 +63,7 @@ class OrtGelu(_OrtRulePass):
     contrib = ("Gelu", "FastGelu")
 
     def applies(self, graph: Graph, ctx: PassContext) -> bool:  # from 20 only --explain looks (and is told why)
-        return super().applies(graph, ctx) and (graph_opset(graph, ctx) < 20 or parts.explaining(ctx))
+        return super().applies(graph, ctx) and (graph_opset(graph, ctx) < 20 or common.explaining(ctx))
 
 
 @register(level=2, target="ort", priority=60)

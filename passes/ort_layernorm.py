@@ -32,7 +32,7 @@ from graphtool.ir.graph import Graph
 from graphtool.pass_manager import PassContext, PassResult, register
 from graphtool.passes import _norm_parts as parts
 from graphtool.passes._ort_common import contrib_allowed
-from graphtool.rewrite import Rule, RulePass
+from graphtool.rewrite import Rule, RulePass, apply
 
 SKIP = "SkipLayerNormalization"
 SKIP_SIMPLIFIED = "SkipSimplifiedLayerNormalization"
@@ -55,6 +55,6 @@ class OrtSkipLayerNorm(RulePass):
             return PassResult(False, counts)
         rules = [r for r in self.rules if contrib_allowed(graph, ctx, r.emits)]
         facts = parts.SkipFacts(graph, ctx)
-        counts["fused"] = sum(parts.apply(graph, ctx, rules, facts, self.name).values())
+        counts["fused"] = sum(apply(graph, ctx, rules, facts, self.name).values())
         counts["with_bias"] = facts.with_bias
         return PassResult(counts["fused"] > 0, counts)
