@@ -459,6 +459,12 @@ class _Search:
             return TuneResult(self.baseline, self.baseline, 1.0, 0.5, None, self.rows, self.kernels,
                               self.findings, self.skipped, self.failed, self.clock() - self.start)
         win = pick[0]
+        if win.candidate != self.baseline and win.confidence < CONFIDENT:
+            base = [r for r in pick if r.candidate == self.baseline]
+            if base:  # never trade the original for a guess: a win inside the noise is not one
+                self.findings.append(f"no candidate was confidently faster than the original "
+                                     f"({win.candidate.label()}: {win.speedup:.2f}x at {win.confidence:.0%}); keeping it")
+                win, pick = base[0], base + [r for r in pick if r is not base[0]]
         runner_conf = self._pair_confidence(pick) if len(pick) > 1 else None
         if win.candidate.ort.disabled:
             self.findings.append("onnxruntime fusions disabled in the winner: " + ", ".join(win.candidate.ort.disabled))

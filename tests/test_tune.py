@@ -200,3 +200,21 @@ def test_ort_fusion_names_expand_to_the_ones_onnxruntime_registers() -> None:
     names = OrtSettings("all", ("GeluFusion", "MatMulScaleFusion")).optimizer_names()
     assert {"GeluFusion", "GeluFusionL2", "MatMulScaleFusion"} <= set(names)
     assert OrtSettings("all", ("GeluFusion",)).as_dict()["disabled_optimizers"] == names[:3]
+
+
+def test_a_win_inside_the_noise_keeps_the_original() -> None:
+    """Every candidate within 0.02% of the original, under 2% noise: none is confidently faster."""
+    clock = FakeClock()
+
+    def latency(c: Candidate) -> float:
+        return (10.0 - 0.001 * c.rewrite.level) / 1000
+
+    class NoisyTimer(FakeTimer):
+        def time(self, candidates, rounds):
+            out = super().time(candidates, rounds)
+            rng = np.random.default_rng(len(self.timed))
+            return {c: [v * (1 + 0.02 * rng.standard_normal()) for v in vs] for c, vs in out.items()}
+
+    result = tune(NoisyTimer(clock, latency), _always_ok, clock, budget=1000, cores=1)
+    assert result.winner == result.baseline
+    assert any("keeping it" in f for f in result.findings)
