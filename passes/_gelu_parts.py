@@ -14,7 +14,6 @@ import numpy as np
 
 from graphtool.passes._fuse_common import close, graph_opset, rank
 from graphtool.passes._ort_common import MS_DOMAIN, record_shape, use_ms_domain
-from graphtool.passes._rule_common import keep_root_name
 from graphtool.rewrite import Match, Rewrite, Scalar, Var, either, op
 
 RTOL = 1e-4
@@ -121,7 +120,6 @@ def emit(op_type: str, inputs: list[str], domain: str = "", **attrs: Any) -> Cal
 
     def replace(m: Match, rw: Rewrite) -> str:
         values = [m[name] for name in inputs]
-        keep_root_name(m, rw)
         out = rw.add(op_type, values, attrs=attrs, domain=domain).outputs[0]
         if domain == MS_DOMAIN:
             use_ms_domain(m.ctx)

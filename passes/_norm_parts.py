@@ -16,7 +16,7 @@ from onnx import helper
 from graphtool.ir.graph import Graph
 from graphtool.pass_manager import PassContext
 from graphtool.passes._fuse_common import graph_opset, rank, reduce_mean_axes, scalar_const, trailing_axes_count
-from graphtool.passes._rule_common import Facts, keep_root_name
+from graphtool.passes._rule_common import Facts
 from graphtool.passes._ort_common import Dims, Shapes, record_shape, use_ms_domain
 from graphtool.rewrite import Const, Match, Rewrite, Scalar, Var, either, op, opt
 
@@ -188,7 +188,6 @@ def _tensor_input(m: Match, name: str, hint: str) -> str:
 
 
 def emit_layernorm(m: Match, rw: Rewrite) -> str:
-    keep_root_name(m, rw)
     inputs = [m["x"], _tensor_input(m, "gamma", "ln_scale")]
     if "beta" in m.extra:
         inputs.append(_tensor_input(m, "beta", "ln_bias"))
@@ -243,7 +242,6 @@ def check_rmsnorm(m: Match) -> str | None:
 
 def emit_rms(op_type: str) -> Callable[[Match, Rewrite], str]:
     def replace(m: Match, rw: Rewrite) -> str:
-        keep_root_name(m, rw)
         shapes, root = m.facts.shapes, m.root.outputs[0]
         out_shape = shapes.shape(root)
         scale = m.graph.add_initializer(m.extra["scale"], f"{rw.name or 'rms'}_scale")
@@ -330,7 +328,6 @@ def check_skip(m: Match) -> str | None:
 def emit_skip(op_type: str) -> Callable[[Match, Rewrite], str]:
     def replace(m: Match, rw: Rewrite) -> str:
         graph, shapes = m.graph, m.facts.shapes
-        keep_root_name(m, rw)
         ln, add = m.node("ln"), m.node("sum")
         s = add.outputs[0]
         (xv, skip), bias = m.extra["pair"], m.get("bias") or ""

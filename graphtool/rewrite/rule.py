@@ -54,7 +54,7 @@ class Rewrite:
 
     def __init__(self, graph: Graph, ctx: PassContext, match: Match, namer: Namer, op_type: str):
         self.graph, self.ctx, self.match = graph, ctx, match
-        self.name = namer(match.nodes, op_type)
+        self.name = namer(match.nodes, op_type, fallback=match.root.name)  # unscoped: the node it stands for
         self.op_type = op_type
         self.near = min(match.nodes, key=lambda n: n.order)
         self.added: list[Node] = []
