@@ -169,6 +169,8 @@ def table(rows: list[dict]) -> None:
 
         def cell(key: str) -> str:
             r = t.get(key, {})
+            if not r:
+                return "—"  # not run (--tools)
             if "error" in r:
                 return "err"
             contrib = key in STANDARD and _adds_contrib(row, r)
