@@ -57,3 +57,19 @@ def test_no_import_cycles():
     assert len(graph) > 60
     cycles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
     assert cycles == [], f"import circles: {cycles}"
+
+
+def test_every_package_ships_in_the_wheel() -> None:
+    """A sub-package missing from pyproject's ``packages`` works in an editable install and is
+    absent from the wheel users install (graphtool.rewrite was, for a release)."""
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+    on_disk = set()
+    for package, folder in PACKAGES.items():
+        for dirpath, _, files in os.walk(folder):
+            if "__init__.py" in files and "__pycache__" not in dirpath:
+                rel = os.path.relpath(dirpath, folder)
+                on_disk.add(package if rel == "." else f"{package}.{rel.replace(os.sep, '.')}")
+    assert on_disk <= listed, f"packages missing from pyproject.toml: {sorted(on_disk - listed)}"
