@@ -315,6 +315,8 @@ def _axes(node: Node, get: Getter) -> list[int] | None:
 
 def _transfer(node: Node, get: Getter, oracle: _ShapeOracle) -> SymValue | None:
     op, ins = node.op_type, node.inputs
+    if op == "Size" and (vector := get(ins[0])) is not None and not vector.scalar:
+        return SymValue((len(vector.dims),), True)  # Size(Shape(x)) is x's rank, known or not its dims
     if op in ("Shape", "Size"):
         dims = oracle.dims(ins[0])
         if dims is None:
