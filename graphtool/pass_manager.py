@@ -18,6 +18,7 @@ from typing import Any, Callable, ClassVar, Iterable
 from graphtool.errors import UsageError
 from graphtool.ir.graph import Graph, Node
 from graphtool.ir.model import Model
+from graphtool.shapes import ShapeOracle
 
 ENTRY_POINT_GROUP = "graphtool.passes"
 
@@ -45,6 +46,11 @@ class PassContext:
     # (rule, node) -> {"rule", "node", "fused", "depth", "reason"}
     explain: set[str] = field(default_factory=set)
     explanations: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    # the one shape oracle every pass asks; the manager invalidates it when a pass changed the model
+    shapes: ShapeOracle = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.shapes = ShapeOracle(self.model)
 
     def opset(self, domain: str = "") -> int:
         return self.model.opset(domain) or 0
@@ -221,6 +227,7 @@ class PassManager:
             result = p.run(graph, ctx)
             if result.changed:
                 changed = True
+                ctx.shapes.invalidate()
                 if graph.parent is not None:
                     _refresh_owner(graph)
             if record is not None:

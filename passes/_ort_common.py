@@ -19,16 +19,14 @@ Three things every level-2 rule needs and the level-1 helpers (``_fuse_common``)
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
-import onnx
 from onnx import TensorProto, helper
 
 from graphtool.ir.graph import Graph, Node
 from graphtool.ort_kernels import has_cpu_kernel
 from graphtool.pass_manager import PassContext
 from graphtool.passes._fuse_common import STANDARD_DOMAINS, is_op
+from graphtool.shapes import dims_of
 
 MS_DOMAIN = "com.microsoft"
 FLOAT_TYPES = (TensorProto.FLOAT,)
@@ -99,21 +97,22 @@ def array_dtype(onnx_type: int | None) -> np.dtype | None:
 
 
 class Shapes:
-    """Shapes and dtypes of a graph's values: declared first, inferred (lazily, once) otherwise.
+    """Shapes and dtypes of a graph's values: declared first, then the pass context's oracle.
 
-    Valid for one pass run: fusions keep every surviving value's shape, and values they create
-    are simply unknown to the inferred table.
+    Valid for one pass run (the oracle's symbolic dims are comparable within one inference run,
+    and the manager reruns it only between passes): fusions keep every surviving value's shape,
+    and values they create are simply unknown to the oracle until the next run.
     """
 
     def __init__(self, graph: Graph, ctx: PassContext):
         self.graph = graph
         self.ctx = ctx
-        self._inferred: dict[str, tuple[int, list[Dim] | None]] | None = None
 
-    def _table(self) -> dict[str, tuple[int, list[Dim] | None]]:
-        if self._inferred is None:
-            self._inferred = _infer(self.graph, self.ctx)
-        return self._inferred
+    def _inferred(self, value: str) -> tuple[int, list[Dim] | None] | None:
+        t = self.ctx.shapes.type_of(self.graph, value)
+        if t is None or not t.HasField("tensor_type"):
+            return None
+        return t.tensor_type.elem_type, dims_of(t)
 
     def shape(self, value: str) -> list[Dim] | None:
         shape = self.graph.shape(value)
@@ -122,7 +121,7 @@ class Shapes:
         array = self.graph.const(value) if value in self.graph.initializers else None
         if array is not None:
             return list(array.shape)
-        found = self._table().get(value)
+        found = self._inferred(value)
         inferred = found[1] if found else None
         if shape is None:
             return inferred
@@ -144,63 +143,15 @@ class Shapes:
                 return helper.np_dtype_to_tensor_dtype(array.dtype)
             except (KeyError, TypeError, ValueError):
                 return None
-        found = self._table().get(value)
+        found = self._inferred(value)
         if found and found[0]:
             return found[0]
-        from graphtool.passes._types import infer_dtype  # subgraph values: the table covers the main graph
+        from graphtool.passes._types import infer_dtype  # what inference could not type
 
         return infer_dtype(self.graph, value)
 
     def is_float(self, value: str) -> bool:
         return self.dtype(value) in FLOAT_TYPES
-
-
-def _weightless(tensor: Any) -> TensorProto:
-    """An initializer for shape inference: small ones with their data (shape tensors), big ones
-    as a bare type so no weight is read or copied."""
-    if tensor.nbytes <= 4096:
-        if tensor.proto.data_location != TensorProto.EXTERNAL:
-            return tensor.proto
-        return onnx.numpy_helper.from_array(tensor.numpy(), tensor.name)
-    proto = TensorProto(name=tensor.name, data_type=tensor.data_type)
-    proto.dims.extend(tensor.dims)
-    return proto
-
-
-def _infer(graph: Graph, ctx: PassContext) -> dict[str, tuple[int, list[Dim] | None]]:
-    """ONNX shape inference (with data propagation) over the main graph; {} where it cannot run."""
-    if graph is not ctx.model.graph:
-        return {}
-    from graphtool.ir.to_onnx import function_to_proto, graph_to_proto
-
-    model = onnx.ModelProto()
-    # IR < 4 ignores initializers not listed as inputs, and folding adds such initializers.
-    model.ir_version = max(ctx.model.proto_shell.ir_version, 4)
-    model.opset_import.extend(ctx.model.proto_shell.opset_import)
-    try:
-        graph_to_proto(graph, _weightless, into=model.graph)
-        model.functions.extend(function_to_proto(fn.body, fn.proto_shell) for fn in ctx.model.functions)
-        # Give bare-typed initializers a declared type so inference does not need their data.
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
-    except Exception:  # noqa: BLE001 - inference is an optional proof; without it we refuse
-        return {}
-    table: dict[str, tuple[int, list[Dim] | None]] = {}
-    for info in [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]:
-        if not info.type.HasField("tensor_type"):
-            continue
-        tt = info.type.tensor_type
-        dims: list[Dim] | None = None
-        if tt.HasField("shape"):
-            dims = []
-            for d in tt.shape.dim:
-                if d.HasField("dim_value"):
-                    dims.append(d.dim_value)
-                elif d.HasField("dim_param"):
-                    dims.append(d.dim_param)
-                else:
-                    dims.append(None)
-        table[info.name] = (tt.elem_type, dims)
-    return table
 
 
 def is_standard(node: Node | None) -> bool:

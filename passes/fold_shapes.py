@@ -27,27 +27,24 @@ result is decided: ``S - S = 0``, ``S * 1 = S``, a dim never equals -1). The rew
 Refused: values with an element nothing is known about, dtypes other than int32/int64/bool,
 graph outputs (their producers stay), and in subgraphs and functions rewrites 3–4.
 
-Shapes come from the graph's value_info and, where that lacks them, from ONNX shape inference
-(``data_prop=True``, ``strict_mode=False``) over the whole model, run only when needed (again only
-when a value appeared since the last run, since a value keeps its shape through every rewrite).
-Weights reach inference as metadata only. Shapes the user fixed (``ctx.input_shapes``) are
-written into the model's input declarations first.
+Shapes come from the graph's value_info and, where that lacks them, from the pass context's
+shape oracle (graphtool.shapes: ONNX inference over the whole model, rerun after the model
+changed), consulted only when a declaration falls short. Shapes the user fixed
+(``ctx.input_shapes``) are written into the model's input declarations first.
 """
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 import numpy as np
 import onnx
-from onnx import GraphProto, TensorProto, TypeProto, helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from graphtool.evaluate import is_constant, place_constant
 from graphtool.ir.graph import Graph, Node
 from graphtool.ir.tensor import Tensor
-from graphtool.ir.to_onnx import to_onnx
 from graphtool.pass_manager import Pass, PassContext, PassResult, register
 
 # int: static; str: a named symbolic dim; (value, i): "dim i of value"
@@ -82,7 +79,6 @@ class FoldShapes(Pass):
     """Turn shape computations that read only static dims into constants; compute equal shape values once."""
 
     def __init__(self) -> None:
-        self._inference = _Inference()
         self._pinned = False
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
@@ -91,7 +87,7 @@ class FoldShapes(Pass):
         if not self._pinned:
             self._pinned = True
             _pin_input_shapes(ctx)
-        oracle = _ShapeOracle(graph, self._inference, ctx)
+        oracle = _ShapeOracle(graph, ctx)
         oracle.prepare([n.inputs[0] for op in ("Shape", "Size", "Reshape") for n in graph.nodes(op) if n.inputs])
         order = graph.topological_order()
         values = _propagate(graph, oracle, order)
@@ -104,77 +100,6 @@ class FoldShapes(Pass):
         return PassResult(changed=bool(stats), stats=stats)
 
 
-class _Inference:
-    """ONNX shape inference over the whole model, run lazily: again only when asked about a value
-    that did not exist at the last run (a value keeps its shape through every rewrite)."""
-
-    def __init__(self) -> None:
-        self.tables: weakref.WeakKeyDictionary[Graph, dict[str, TypeProto]] = weakref.WeakKeyDictionary()
-        self.seen: set[str] = set()
-        self.runs = 0
-
-    MAX_RUNS = 2  # the first run, and one refresh for values other passes created since
-
-    def prepare(self, names: list[str], ctx: PassContext) -> None:
-        """Run inference unless every name already existed at the last run."""
-        if self.runs < self.MAX_RUNS and any(name not in self.seen for name in names):
-            self._run(ctx)
-
-    def type_of(self, graph: Graph, name: str) -> TypeProto | None:
-        g: Graph | None = graph
-        while g is not None:
-            t = self.tables.get(g, {}).get(name)
-            if t is not None:
-                return t
-            g = g.parent
-        return None
-
-    def _run(self, ctx: PassContext) -> None:
-        self.runs += 1
-        self.seen = {v for _, g in ctx.model.graphs() for v in g.values()}
-        self.tables = weakref.WeakKeyDictionary()
-        try:
-            proto = to_onnx(ctx.model, write_tensor=_metadata_only)
-            inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
-        except Exception:  # noqa: BLE001 - inference fails on odd models: use value_info alone
-            return
-        self._collect(ctx.model.graph, inferred.graph)
-
-    def _collect(self, graph: Graph, proto: GraphProto) -> None:
-        table: dict[str, TypeProto] = {}
-        for infos in (proto.input, proto.output, proto.value_info):
-            for info in infos:
-                if info.HasField("type"):
-                    table.setdefault(info.name, info.type)
-        self.tables[graph] = table
-        nodes = graph.topological_order()
-        if len(nodes) != len(proto.node):
-            return
-        for node, node_proto in zip(nodes, proto.node):
-            if node.op_type != node_proto.op_type:
-                return
-            subs = {a.name: a for a in node_proto.attribute}
-            for key, value in node._data["attrs"].items():
-                attr = subs.get(key)
-                if isinstance(value, Graph) and attr is not None and attr.HasField("g"):
-                    self._collect(value, attr.g)
-                elif isinstance(value, list) and attr is not None and len(attr.graphs) == len(value):
-                    for sub, sub_proto in zip(value, attr.graphs):
-                        self._collect(sub, sub_proto)
-
-
-def _metadata_only(tensor: Tensor) -> TensorProto:
-    """Small tensors as they are (inference may read their values); big ones as a dims+dtype
-    reference to external data that is never read."""
-    if tensor.nbytes <= 4096 and tensor.external is None:
-        return tensor.proto
-    out = TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
-    out.data_location = TensorProto.EXTERNAL
-    entry = out.external_data.add()
-    entry.key, entry.value = "location", "graphtool-shape-inference-placeholder"
-    return out
-
-
 def _pin_input_shapes(ctx: PassContext) -> None:
     """Write the user-fixed input shapes (``ctx.input_shapes``) into the input declarations."""
     graph = ctx.model.graph
@@ -185,13 +110,14 @@ def _pin_input_shapes(ctx: PassContext) -> None:
         pinned = helper.make_tensor_value_info(name, info.type.tensor_type.elem_type, [int(d) for d in dims])
         pinned.doc_string = info.doc_string
         graph.inputs[name] = pinned
+        ctx.shapes.invalidate()
 
 
 class _ShapeOracle:
     """Dims of a value: the graph's declarations, completed by inference when they fall short."""
 
-    def __init__(self, graph: Graph, inference: _Inference, ctx: PassContext):
-        self.graph, self.inference, self.ctx = graph, inference, ctx
+    def __init__(self, graph: Graph, ctx: PassContext):
+        self.graph, self.ctx = graph, ctx
         root = graph
         while root.parent is not None:
             root = root.parent
@@ -203,10 +129,7 @@ class _ShapeOracle:
         that inference invents (unk__N) are only comparable within one run)."""
         if self.in_function:
             return
-        missing = [v for v in names if not _complete(_shape_in_scope(self.graph, v))]
-        if missing:
-            self.inference.prepare(missing, self.ctx)
-        self.prepared = True
+        self.prepared = any(not _complete(_shape_in_scope(self.graph, v)) for v in names)
 
     def dims(self, value: str) -> list[Dim] | None:
         declared = _shape_in_scope(self.graph, value)
@@ -216,8 +139,7 @@ class _ShapeOracle:
             return declared
         if not self.prepared:
             return declared
-        t = self.inference.type_of(self.graph, value)
-        inferred = _dims_of(t)
+        inferred = self.ctx.shapes.dims(self.graph, value)
         if inferred is None:
             return declared
         if declared is None or len(declared) != len(inferred):
@@ -236,20 +158,6 @@ def _shape_in_scope(graph: Graph, value: str) -> list[Dim] | None:
             return g.shape(value)
         g = g.parent
     return None
-
-
-def _dims_of(t: TypeProto | None) -> list[Dim] | None:
-    if t is None or t.WhichOneof("value") != "tensor_type" or not t.tensor_type.HasField("shape"):
-        return None
-    dims: list[Dim] = []
-    for d in t.tensor_type.shape.dim:
-        if d.HasField("dim_value"):
-            dims.append(int(d.dim_value))
-        elif d.HasField("dim_param") and d.dim_param:
-            dims.append(d.dim_param)
-        else:
-            dims.append(None)
-    return dims
 
 
 # ---------------------------------------------------------------------------- propagation

@@ -1,0 +1,223 @@
+"""The one shape/type oracle: ONNX shape inference over the whole model, shared by every pass.
+
+Passes ask "what shape is this value" all the time (a fusion must prove a rank, shape folding
+needs dims, infer-shapes records them). Each used to run ``onnx.shape_inference`` its own way, on
+its own copy, with its own cache — the level-2 matchers once per pass and graph, so a level-2 run
+inferred the same unchanged model dozens of times, and subgraphs were never inferred for them.
+
+Here inference runs on a weightless copy of the whole model (small tensors with their data, so
+data propagation can read shape constants; big ones as type-only references that are never
+read), and its results are kept per graph, subgraphs included. The pass manager calls
+``invalidate()`` whenever a pass changed the model; the next question runs inference again.
+Between runs the tables stay valid for every value that still exists (rewrites give new shapes
+new names, so a surviving value keeps its shape); values created since are unknown until then.
+
+A later run can know less than an earlier one (inference stops at the com.microsoft ops a fusion
+made), so each run's tables are completed by the earlier runs' facts about values that still
+exist. Symbols inference makes up (``unk__N``) name one size only within one run: they are
+marked with their run (``unk__3@run2``), so symbols of two runs never compare equal.
+Big models get a bounded number of runs (``MAX_RUNS_BIG``): past it, the last tables serve, which
+is still sound (older facts about surviving values are true), only less complete.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Mapping, Optional, Union
+
+import onnx
+from onnx import GraphProto, ModelProto, TensorProto, TypeProto, numpy_helper
+
+from graphtool.ir.graph import Graph
+from graphtool.ir.model import Model
+from graphtool.ir.tensor import Tensor
+from graphtool.ir.to_onnx import to_onnx
+
+Dim = Optional[Union[int, str]]
+SMALL_TENSOR_BYTES = 4096  # tensors inference may read (shape constants); bigger ones are type-only
+BIG_MODEL_NODES = 50_000
+MAX_RUNS_BIG = 3
+
+
+def weightless(tensor: Tensor) -> TensorProto:
+    """A tensor for shape inference: small ones with their data, big ones as a reference to
+    external data that is never read (inference then knows the type and not the values)."""
+    if tensor.nbytes <= SMALL_TENSOR_BYTES:
+        return tensor.proto if tensor.external is None else numpy_helper.from_array(tensor.numpy(), tensor.name)
+    out = TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+    out.data_location = TensorProto.EXTERNAL
+    entry = out.external_data.add()
+    entry.key, entry.value = "location", "graphtool-shape-inference-placeholder"
+    return out
+
+
+def infer(proto: ModelProto, data_prop: bool = True) -> ModelProto:
+    """ONNX shape inference, lenient (unknown ops and conflicts leave values untyped instead of
+    failing): the one place graphtool calls it. Raises what onnx raises on a model it cannot read."""
+    if proto.ir_version < 4:  # IR < 4 ignores initializers that are not graph inputs
+        proto.ir_version = 4
+    return onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=data_prop)
+
+
+def dims_of(t: TypeProto | None) -> list[Dim] | None:
+    """Dims as ints (static), strs (symbolic) or None (unknown); None when the rank is unknown."""
+    if t is None or t.WhichOneof("value") != "tensor_type" or not t.tensor_type.HasField("shape"):
+        return None
+    dims: list[Dim] = []
+    for d in t.tensor_type.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return dims
+
+
+class ShapeOracle:
+    """Inferred types of one model's values, per graph; rerun lazily after ``invalidate()``."""
+
+    def __init__(self, model: Model):
+        self.model = model
+        self.runs = 0
+        self.stale = True
+        self._tables: weakref.WeakKeyDictionary[Graph, dict[str, TypeProto]] = weakref.WeakKeyDictionary()
+
+    def invalidate(self) -> None:
+        """The model changed: the next question runs inference again (within the run budget)."""
+        self.stale = True
+
+    def table(self, graph: Graph) -> dict[str, TypeProto]:
+        """Inferred types of the values ``graph`` defines (not those it reads from outside)."""
+        self._refresh()
+        return self._tables.get(graph, {})
+
+    def type_of(self, graph: Graph, name: str) -> TypeProto | None:
+        """The inferred type of ``name`` as seen from ``graph`` (looked up through enclosing graphs)."""
+        self._refresh()
+        g: Graph | None = graph
+        while g is not None:
+            t = self._tables.get(g, {}).get(name)
+            if t is not None:
+                return t
+            g = g.parent
+        return None
+
+    def dims(self, graph: Graph, name: str) -> list[Dim] | None:
+        return dims_of(self.type_of(graph, name))
+
+    def elem_type(self, graph: Graph, name: str) -> int:
+        t = self.type_of(graph, name)
+        return t.tensor_type.elem_type if t is not None and t.HasField("tensor_type") else 0
+
+    def _refresh(self) -> None:
+        if not self.stale:
+            return
+        if self.runs >= MAX_RUNS_BIG and self.model.node_count() > BIG_MODEL_NODES:
+            return  # the last tables serve: still true for every surviving value
+        self.stale = False
+        self.runs += 1
+        previous, self._tables = self._tables, weakref.WeakKeyDictionary()
+        try:
+            inferred = infer(to_onnx(self.model, write_tensor=weightless))
+            self._collect(self.model.graph, inferred.graph)
+        except Exception:  # noqa: BLE001 - inference fails on odd models: declarations alone serve
+            pass
+        renames = _symbol_renames(previous, self._tables)
+        for graph, old in previous.items():
+            self._tables[graph] = _kept(graph, old, _renamed(self._tables.get(graph, {}), renames))
+
+    def _collect(self, graph: Graph, proto: GraphProto) -> None:
+        table: dict[str, TypeProto] = {}
+        for infos in (proto.input, proto.output, proto.value_info):
+            for info in infos:
+                if info.HasField("type") and info.name not in table:
+                    table[info.name] = _run_local(info.type, self.runs)
+        self._tables[graph] = table
+        nodes = graph.topological_order()
+        if len(nodes) != len(proto.node):
+            return
+        for node, node_proto in zip(nodes, proto.node):
+            if node.op_type != node_proto.op_type:
+                return
+            subs = {a.name: a for a in node_proto.attribute}
+            for key, value in node._data["attrs"].items():
+                attr = subs.get(key)
+                if isinstance(value, Graph) and attr is not None and attr.HasField("g"):
+                    self._collect(value, attr.g)
+                elif isinstance(value, list) and attr is not None and len(attr.graphs) == len(value):
+                    for sub, sub_proto in zip(value, attr.graphs):
+                        self._collect(sub, sub_proto)
+
+
+def _run_local(t: TypeProto, run: int) -> TypeProto:
+    """``t`` with the symbols inference made up (``unk__N``) marked with their run: they name one
+    size only within one run, so symbols of two runs must never compare equal."""
+    if not t.HasField("tensor_type") or not any(d.dim_param.startswith("unk__") for d in t.tensor_type.shape.dim):
+        return t
+    t = TypeProto.FromString(t.SerializeToString())
+    for d in t.tensor_type.shape.dim:
+        if d.dim_param.startswith("unk__"):
+            d.dim_param = f"{d.dim_param}@run{run}"
+    return t
+
+
+def _symbol_renames(old: Mapping[Graph, dict[str, TypeProto]],
+                    new: Mapping[Graph, dict[str, TypeProto]]) -> dict[str, str]:
+    """New-run symbols that stand where an earlier run had another symbol, on the same dim of the
+    same value: the new one is renamed to the old, so values made since compare equal to values
+    that lived through both runs. A new symbol facing two old ones (the new run proved equal what
+    the old one could not) takes the first: sound, as it only forgoes equalities."""
+    renames: dict[str, str] = {}
+    for graph, table in new.items():
+        before = old.get(graph, {})
+        for name, t in table.items():
+            a, b = dims_of(t), dims_of(before.get(name))
+            if a is None or b is None or len(a) != len(b):
+                continue
+            for x, y in zip(a, b):
+                if isinstance(x, str) and "@run" in x and isinstance(y, str) and x != y:
+                    renames.setdefault(x, y)
+    return renames
+
+
+def _renamed(table: dict[str, TypeProto], renames: dict[str, str]) -> dict[str, TypeProto]:
+    if not renames:
+        return table
+    out = {}
+    for name, t in table.items():
+        if t.HasField("tensor_type") and any(d.dim_param in renames for d in t.tensor_type.shape.dim):
+            t = TypeProto.FromString(t.SerializeToString())
+            for d in t.tensor_type.shape.dim:
+                if d.dim_param in renames:
+                    d.dim_param = renames[d.dim_param]
+        out[name] = t
+    return out
+
+
+def _kept(graph: Graph, old: dict[str, TypeProto], new: dict[str, TypeProto]) -> dict[str, TypeProto]:
+    """The new run's types, merged with what earlier runs knew of values that still exist.
+
+    A later run can know less: inference stops at ops it has no schema for (the com.microsoft
+    ops a fusion just made), and everything downstream loses its dims. The value still has the
+    shape the earlier run proved, since rewrites give a new shape a new name. Per dim, what the
+    new run found wins (its symbols already renamed to the earlier run's where they correspond);
+    the earlier run's dim fills only what the new run left unknown."""
+    for name, before in old.items():
+        now = new.get(name)
+        if now is None:
+            if graph.has_value(name):
+                new[name] = before
+            continue
+        a, b = dims_of(now), dims_of(before)
+        if b is None or (a is not None and len(a) != len(b)) or not now.HasField("tensor_type"):
+            continue
+        merged = TypeProto.FromString(now.SerializeToString())
+        if a is None:
+            merged.tensor_type.shape.CopyFrom(before.tensor_type.shape)
+        else:
+            for dim, old_dim in zip(merged.tensor_type.shape.dim, before.tensor_type.shape.dim):
+                if not dim.HasField("dim_value") and not dim.dim_param:
+                    dim.CopyFrom(old_dim)
+        new[name] = merged
+    return new
