@@ -432,7 +432,10 @@ def _fold_static(graph: Graph, ctx: PassContext, values: dict[str, SymValue]) ->
 
 def _reshape_copy_dims(graph: Graph, ctx: PassContext, values: dict[str, SymValue], oracle: _ShapeOracle) -> int:
     """Case 2: ``Reshape(x, t)`` where each non-static element ``i`` of ``t`` is dim ``i`` of
-    ``x`` itself: that element becomes 0 ("copy the input dim"), so the target is a constant."""
+    ``x`` itself: that element becomes 0 ("copy the input dim"), so the target is a constant.
+    One non-static element that is no such copy may remain: it becomes -1, since a valid
+    Reshape keeps the element count and every other element is now fixed (YOLOv8's DFL head:
+    ``[batch, 4, 16, anchors]`` → ``[0, 4, 16, -1]``)."""
     done = 0
     for node in graph.nodes("Reshape"):
         ins = node.inputs
@@ -453,6 +456,8 @@ def _reshape_copy_dims(graph: Graph, ctx: PassContext, values: dict[str, SymValu
                 target.append(d)
             elif i < len(own) and own[i] == d:
                 target.append(0)
+            elif -1 not in target:
+                target.append(-1)  # the one element the others determine
             else:
                 break
         else:

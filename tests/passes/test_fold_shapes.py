@@ -238,3 +238,35 @@ def test_torch_exports_fold_and_keep_outputs_for_other_input_sizes(name):
             else:
                 feeds[key] = rng.standard_normal((batch,) + value.shape[1:]).astype(value.dtype)
         assert verify(m, out, feeds=feeds).ok, (batch, seq)
+
+
+def test_reshape_target_with_one_foreign_dim_gets_minus_one_there():
+    """YOLOv8's DFL head: Reshape(x[b, 64, a], [b, 4, 16, a]) — b copies x's dim 0, a (x's dim 2,
+    at position 3) is what the element count leaves: [0, 4, 16, -1]."""
+    m = _model([helper.make_node("Shape", ["x"], ["s"]),
+                helper.make_node("Gather", ["s", "zero"], ["b"]), helper.make_node("Gather", ["s", "two"], ["a"]),
+                helper.make_node("Unsqueeze", ["b", "axes"], ["b1"]), helper.make_node("Unsqueeze", ["a", "axes"], ["a1"]),
+                helper.make_node("Concat", ["b1", "four16", "a1"], ["t"], axis=0),
+                helper.make_node("Reshape", ["x", "t"], ["y"])],
+               [_vi("x", ["B", 64, "A"])], [_vi("y", ["B", 4, 16, "A"])],
+               [_c("zero", np.array(0, np.int64)), _c("two", np.array(2, np.int64)), _c("axes", np.array([0], np.int64)),
+                _c("four16", np.array([4, 16], np.int64))])
+    out, report, _ = optimize(m, passes=SHAPES)
+    assert report.passes["fold-shapes"].stats["reshape_zeros"] == 1
+    np.testing.assert_array_equal(out.graph.const(out.graph.nodes("Reshape")[0].inputs[1]), [0, 4, 16, -1])
+    assert _ops(out) == ["Reshape"]
+    for b, a in [(1, 2100), (3, 7)]:
+        assert verify(m, out, feeds=_feeds(x=(b, 64, a))).ok
+
+
+def test_reshape_target_with_two_foreign_dims_is_left_alone():
+    m = _model([helper.make_node("Shape", ["x"], ["s"]),
+                helper.make_node("Gather", ["s", "zero"], ["b"]), helper.make_node("Gather", ["s", "two"], ["a"]),
+                helper.make_node("Unsqueeze", ["b", "axes"], ["b1"]), helper.make_node("Unsqueeze", ["a", "axes"], ["a1"]),
+                helper.make_node("Concat", ["a1", "four16", "b1"], ["t"], axis=0),  # a and b swapped: neither copies
+                helper.make_node("Reshape", ["x", "t"], ["y"])],
+               [_vi("x", ["B", 64, "A"])], [_vi("y", ["A", 4, 16, "B"])],
+               [_c("zero", np.array(0, np.int64)), _c("two", np.array(2, np.int64)), _c("axes", np.array([0], np.int64)),
+                _c("four16", np.array([4, 16], np.int64))])
+    out, report, _ = optimize(m, passes=SHAPES)
+    assert "Concat" in _ops(out) and not report.passes["fold-shapes"].stats.get("reshape_zeros")
