@@ -7,10 +7,9 @@ found in only one of them, the fusions each applied — *named*, e.g. ``Conv+Rel
 — and how far apart their outputs are on the same random inputs.
 
 Naming a fusion needs no knowledge of ORT's optimizer: both optimizers keep the value names at
-the boundary of what they rewrite, so for every node of a rewritten graph we walk the *original*
-graph back from its outputs until we reach its inputs; the original ops in between are what the
-node replaced. Nodes joined by values the original never had (NCHWc ``reorder_token_*``, fresh
-names) are traced together as one cluster. See ``trace_fusions``.
+the boundary of what they rewrite, so every node of a rewritten graph is traced back to the
+original ops it replaced (``graphtool.fusion_trace.trace_fusions``, which ``graphtool diff``'s
+summary uses too).
 
 L2/L3 graphs hold com.microsoft contrib ops, and ORT's L3 graph holds NCHWc layout ops chosen for
 this machine's CPU: the report says so, because neither is portable ONNX.
@@ -18,22 +17,20 @@ this machine's CPU: the report says so, because neither is portable ONNX.
 
 from __future__ import annotations
 
-import hashlib
 import html
-import itertools
 import os
 import statistics
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from graphtool import io
+from graphtool.fusion_trace import Fusion, Trace, short_op, trace_fusions
+from graphtool.fusion_trace import group_fusions as _group
 from graphtool.inspect import format_table, op_histogram
-from graphtool.ir.graph import Graph, Node, constant_node_value
 from graphtool.ir.model import Model
 from graphtool.runtime import make_session, random_inputs
 from graphtool.verify import compare_arrays
@@ -41,9 +38,6 @@ from graphtool.verify import compare_arrays
 SCHEMA = "graphtool.compare/1"
 ORT_LEVELS = {1: "basic", 2: "extended", 3: "all"}
 LATENCY_ORT_LEVELS = ("off", "basic", "extended", "all")
-# ops whose result differs from run to run: their outputs are never treated as constants
-NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
-MAX_EXAMPLES = 3
 
 # --------------------------------------------------------------------------- JSON schema
 # The ``--json`` document, in JSON Schema vocabulary (type/properties/required/items/enum).
@@ -187,390 +181,7 @@ def layout_notes(model: Model) -> list[str]:
     return notes
 
 
-# --------------------------------------------------------------------------- structural diff
-
-
-@dataclass
-class Fusion:
-    """One node (or cluster of nodes) of a rewritten graph and the original ops it stands for."""
-
-    new_ops: list[tuple[str, str]]  # (domain, op_type) of the rewritten node(s)
-    new_names: list[str]
-    absorbed: list[int]  # ids of original nodes on the data path, in original order
-    absorbed_ops: list[str]
-    folded: list[int]  # original nodes that only computed constants for it
-    kind: str  # "fused" (many → fewer) | "replaced" (as many) | "expanded" (fewer → more) | "unchanged" | "untraced"
-    details: Counter = field(default_factory=Counter)  # what the new nodes fused in by attribute (NCHWc)
-
-    @property
-    def pattern(self) -> str:
-        return f"{join_ops(self.absorbed_ops)} → {join_ops([short_op(d, o) for d, o in self.new_ops], runs=True)}"
-
-
-@dataclass
-class Trace:
-    fusions: list[Fusion] = field(default_factory=list)
-    removed: Counter = field(default_factory=Counter)  # original op types no rewritten node stands for
-    inserted: list[tuple[str, str, str]] = field(default_factory=list)  # (domain, op, name) with no origin
-
-
-def short_op(domain: str, op_type: str) -> str:
-    """``FusedConv`` for com.microsoft (the usual contrib domain), ``nchwc.Conv`` for its sub-domains."""
-    if domain in ("", "ai.onnx", "com.microsoft"):
-        return op_type
-    if domain.startswith("com.microsoft."):
-        return f"{domain.rsplit('.', 1)[1]}.{op_type}"
-    return f"{domain}:{op_type}"
-
-
-def join_ops(ops: list[str], limit: int = 10, runs: bool = False) -> str:
-    """``A+B+C`` in order (``runs``: repeats in a row as ``B×4``); long lists become counts, most
-    frequent first (``Conv×53+Relu×49+…``), so the same fusion found twice reads the same
-    whatever order its ops were visited in."""
-    if len(ops) <= limit or (runs and len(list(itertools.groupby(ops))) <= limit):
-        if not runs:
-            return "+".join(ops)
-        return "+".join(op if n == 1 else f"{op}×{n}" for op, n in ((k, len(list(g))) for k, g in itertools.groupby(ops)))
-    counts = Counter(ops)
-    return "+".join(op if n == 1 else f"{op}×{n}" for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-
-
-class _Original:
-    """Indexes of the original main graph that every trace reuses: order, constants, value numbers.
-
-    Value numbering gives equal numbers to values that provably hold the same thing (the same op
-    on the same inputs with the same attributes, or equal constants): optimizers merge such
-    duplicates (common-subexpression elimination), so a rewritten node may read ``Shape_1`` where
-    the original read ``Shape``; comparing numbers instead of names keeps the boundary.
-    """
-
-    def __init__(self, graph: Graph):
-        self.graph = graph
-        order = graph.topological_order()
-        self.position = {n.id: i for i, n in enumerate(order)}
-        self.constant: set[str] = set()
-        numbers: dict[Any, int] = {}
-        self.number: dict[str, int] = {}
-
-        def intern(key: Any) -> int:
-            return numbers.setdefault(key, len(numbers))
-
-        self._intern = intern
-
-        for name, tensor in graph.initializers.items():
-            if graph.overridable_initializers and graph.is_input(name):
-                self.number[name] = intern(("input", name))
-                continue
-            self.constant.add(name)
-            self.number[name] = intern(_const_key(tensor.numpy()) if tensor.nbytes <= (1 << 20) else ("init", name))
-        for node in order:
-            ins = [v for v in node.inputs if v]
-            if node.op_type not in NONDETERMINISTIC and not node.subgraphs() and all(v in self.constant for v in ins):
-                self.constant.update(v for v in node.outputs if v)
-            value = constant_node_value(node) if node.op_type == "Constant" else None
-            if value is not None and value.nbytes <= (1 << 20):
-                key: Any = _const_key(value)
-            elif node.op_type in NONDETERMINISTIC or node.subgraphs():
-                key = ("node", node.id)
-            else:
-                attrs = tuple(sorted((k, _attr_bytes(node, k)) for k in node.attrs))
-                key = (node.domain or "ai.onnx", node.op_type, attrs, tuple(self.num(v) for v in node.inputs))
-            for slot, out in enumerate(node.outputs):
-                if out:
-                    self.number[out] = intern((key, slot)) if len(node.outputs) > 1 else intern(key)
-
-    def num(self, value: str) -> int:
-        """The value number of an original value ('' and unknown names get their own)."""
-        found = self.number.get(value)
-        if found is None:
-            found = self.number[value] = self._intern(("name", value))
-        return found
-
-    def is_source(self, value: str) -> bool:
-        """Where a backward walk must stop: graph inputs, initializers, values nothing produces."""
-        g = self.graph
-        return g.is_input(value) or g.is_initializer(value) or g.producer(value) is None
-
-
-def _const_key(array: np.ndarray) -> tuple[Any, ...]:
-    return ("const", str(array.dtype), array.shape, hashlib.sha1(np.ascontiguousarray(array).tobytes()).hexdigest())
-
-
-def _attr_bytes(node: Node, name: str) -> bytes:
-    proto = node.attr_proto(name)
-    return proto.SerializeToString() if proto is not None else repr(node.attr(name)).encode()
-
-
-# ops that read only their input's metadata: their outputs do not carry the data path
-METADATA_OPS = {"Shape", "Size"}
-
-
-def _clusters(og: Graph, rg: Graph) -> tuple[dict[int, list[Node]], dict[int, list[Node]], dict[int, set[str]]]:
-    """Group the rewritten graph's nodes into rewrites: (clusters, shared helpers, and for each
-    cluster the known values its helpers read, which serve it as extra boundary inputs)."""
-    nodes = rg.topological_order()
-    parent = {n.id: n.id for n in nodes}
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    def unknown_outputs(members: Iterable[Node]) -> list[str]:
-        return [v for n in members for v in n.outputs if v and not og.has_value(v)]
-
-    # 1. values the original lacks, read by one node: producer and reader are one rewrite
-    for node in nodes:
-        for value in unknown_outputs([node]):
-            readers = rg.consumers(value)
-            if len(readers) == 1:
-                parent[find(readers[0].id)] = find(node.id)
-
-    def grouped() -> dict[int, list[Node]]:
-        table: dict[int, list[Node]] = {}
-        for node in nodes:
-            table.setdefault(find(node.id), []).append(node)
-        return table
-
-    def headless(members: list[Node]) -> bool:
-        return not any(v and og.has_value(v) for n in members for v in n.outputs)
-
-    # 2. a cluster with no output the original knows (an NCHWc conv feeding two convs) belongs to
-    #    what reads it — unless it is a helper several self-standing rewrites share (one attention
-    #    mask for every Attention node): those stay apart and read the helper's inputs instead.
-    helpers: dict[int, list[Node]] = {}
-    while True:
-        clusters = grouped()
-        heads = {root for root, members in clusters.items() if headless(members)}
-        merged = False
-        helpers = {}
-        for root in heads:
-            readers = {find(c.id) for v in unknown_outputs(clusters[root]) for c in rg.consumers(v)} - {find(root)}
-            if not readers:
-                continue
-            layout = any(n.domain == "com.microsoft.nchwc" for n in clusters[root])  # blocked tensors: one region
-            if len(readers) == 1 or layout or readers & {find(h) for h in heads}:
-                for r in readers:
-                    parent[find(r)] = find(root)
-                merged = True
-            else:
-                helpers[root] = clusters[root]
-        if not merged:
-            break
-    helper_of = {n.id: root for root, members in helpers.items() for n in members}
-    helper_inputs: dict[int, set[str]] = {}
-
-    def inputs_of_helper(root: int) -> set[str]:
-        """The known values a helper (and the helpers it reads) computes from."""
-        if root not in helper_inputs:
-            helper_inputs[root] = set()
-            found: set[str] = set()
-            for n in helpers[root]:
-                for v in n.inputs:
-                    producer = rg.producer(v) if v else None
-                    if not v:
-                        continue
-                    if og.has_value(v):
-                        found.add(v)
-                    elif producer is not None and producer.id in helper_of and helper_of[producer.id] != root:
-                        found |= inputs_of_helper(helper_of[producer.id])
-            helper_inputs[root] = found
-        return helper_inputs[root]
-
-    clusters = {root: members for root, members in grouped().items() if root not in helpers}
-    extra: dict[int, set[str]] = {}
-    for root, members in clusters.items():
-        for n in members:
-            for v in n.inputs:
-                producer = rg.producer(v) if v else None
-                if producer is not None and producer.id in helper_of:
-                    extra.setdefault(root, set()).update(inputs_of_helper(helper_of[producer.id]))
-
-    return clusters, helpers, extra
-
-
-def trace_fusions(original: Model, rewritten: Model, max_region: int = 256) -> Trace:
-    """Map every node of ``rewritten``'s main graph to the original ops it replaced.
-
-    1. Values of ``rewritten`` whose names the original does not have are internal to a rewrite:
-       nodes joined by such values form one cluster (usually a single node).
-    2. A cluster's boundary is its inputs and outputs that the original also has. Walking the
-       original back from the producers of the boundary outputs, stopping at boundary inputs
-       (or values provably equal to them), graph inputs and initializers, gives the region it
-       replaced.
-    3. Region nodes fed (transitively) by a non-constant boundary input are the fused data path;
-       the rest only computed constants or shapes (a Constant, a Shape→Gather chain) and count
-       as folded.
-    4. A walk that reaches an original graph input the cluster does not read has lost the
-       boundary (a renamed input): the cluster is reported as untraced rather than guessed.
-       So is a new helper that several rewrites read (one attention mask for every Attention
-       node; each of them is traced on its own), and a cluster whose region outgrows ``max_region`` + 16 per clustered node, which keeps the
-       whole trace linear in the graph's size even when many boundaries are lost.
-    """
-    orig = _Original(original.graph)
-    og, rg = original.graph, rewritten.graph
-    clusters, helpers, extra = _clusters(og, rg)
-    trace = Trace()
-    covered: set[int] = set()
-    for members in helpers.values():
-        trace.inserted.extend((n.domain, n.op_type, n.name) for n in members)
-    fusions = [_trace_cluster(orig, rg, members, max_region, extra.get(root, set()))
-               for root, members in clusters.items()]
-    # An original op that still stands unchanged in the rewritten graph was not absorbed by a
-    # rewrite whose walk also reached it (e.g. a Shape moved from a Conv's output to its input).
-    kept = {i for f in fusions if f.kind == "unchanged" for i in f.absorbed}
-    for fusion, members in zip(fusions, clusters.values()):
-        if fusion.kind not in ("unchanged", "untraced") and kept.intersection(fusion.absorbed):
-            path = [i for i in fusion.absorbed if i not in kept]
-            if path:
-                fusion.folded += [i for i in fusion.absorbed if i in kept]
-                fusion.absorbed = path
-                fusion.absorbed_ops = [og.node(i).op_type for i in path]
-                fusion.kind = _kind([(og.node(i).domain, og.node(i).op_type) for i in path], fusion.new_ops)
-        if fusion.kind == "untraced":
-            trace.inserted.extend((n.domain, n.op_type, n.name) for n in members)
-        covered.update(fusion.absorbed)
-        trace.fusions.append(fusion)
-    for node in og.nodes():
-        if node.id not in covered:
-            trace.removed[node.op_type] += 1
-    return trace
-
-
-def _walk_back(orig: _Original, outputs: list[str], stops: set[int], max_region: int,
-               through_shapes: bool) -> dict[int, Node] | None:
-    """Original nodes between ``outputs`` and the ``stops`` (value numbers); None when the walk
-    reaches a graph input outside the stops (the boundary was lost) or grows past ``max_region``."""
-    og = orig.graph
-    region: dict[int, Node] = {}
-    stack = [p for p in (og.producer(v) for v in outputs) if p is not None]
-    while stack:
-        node = stack.pop()
-        if node.id in region:
-            continue
-        region[node.id] = node
-        if len(region) > max_region:
-            return None
-        if not through_shapes and node.op_type in METADATA_OPS:
-            continue
-        for v in node.inputs:
-            if not v or orig.num(v) in stops:
-                continue
-            if og.is_input(v) and v not in orig.constant:
-                return None  # the walk escaped the cluster's inputs: boundary renamed
-            if not orig.is_source(v):
-                stack.append(og.producer(v))
-    return region
-
-
-def _is_layout_plumbing(domain: str, op_type: str) -> bool:
-    """NCHWc reorders only move data between layouts; they do not count as computing ops."""
-    return domain == "com.microsoft.nchwc" and op_type.startswith("Reorder")
-
-
-def _trace_cluster(orig: _Original, rg: Graph, members: list[Node], max_region: int,
-                   helper_inputs: Iterable[str] = ()) -> Fusion:
-    og = orig.graph
-    ids = {n.id for n in members}
-    new_ops = [("" if n.domain == "ai.onnx" else n.domain, n.op_type) for n in members]
-    names = [n.name for n in members]
-    outputs = [v for n in members for v in n.outputs if v and og.has_value(v)]
-    stops: set[int] = set()
-    dynamic: set[int] = set()
-    boundary = [v for n in members for v in n.inputs] + sorted(helper_inputs)
-    for v in boundary:
-        producer = rg.producer(v) if v else None
-        if not v or (producer is not None and producer.id in ids) or not og.has_value(v):
-            continue
-        stops.add(orig.num(v))
-        if v not in orig.constant and not (rg.is_initializer(v) and not rg.is_input(v)):
-            dynamic.add(orig.num(v))
-    limit = max_region + 16 * len(members)
-    region = _walk_back(orig, outputs, stops, limit, through_shapes=True)
-    if region is None:
-        # A rewrite may read the shape of another tensor proven to have the same dims (shape
-        # inference); the tensor a Shape op reads is then no part of what was rewritten.
-        region = _walk_back(orig, outputs, stops, limit, through_shapes=False)
-    if not region:
-        return Fusion(new_ops, names, [], [], [], "untraced")
-    ordered = sorted(region.values(), key=lambda n: orig.position[n.id])
-    data_path: list[Node] = []
-    fed: set[int] = set(dynamic)
-    # A shape computation the rewrite replaced by a constant is folded, not fused — unless the
-    # rewrite itself reads shapes (then the Shape ops are part of what it rewrote).
-    cut = METADATA_OPS if not any(n.op_type in METADATA_OPS for n in members) else set()
-    for node in ordered:
-        if node.op_type not in cut and any(orig.num(v) in fed for v in node.inputs if v):
-            data_path.append(node)
-            fed.update(orig.num(v) for v in node.outputs if v)
-    if not data_path:
-        data_path = [n for n in ordered if n.op_type != "Constant"] or ordered
-    path_ids = {n.id for n in data_path}
-    folded = [n.id for n in ordered if n.id not in path_ids]
-    absorbed_ops = [n.op_type for n in data_path]
-    kind = _kind([(n.domain, n.op_type) for n in data_path], new_ops)
-    details = Counter(d for d in (_fused_inside(n) for n in members) if d)
-    return Fusion(new_ops, names, [n.id for n in data_path], absorbed_ops, folded, kind, details)
-
-
-def _fused_inside(node: Node) -> str:
-    """What one node of a layout cluster fused in through attributes and extra inputs: an NCHWc
-    Conv carries its activation as an attribute and the residual Sum as a 4th input."""
-    if node.domain != "com.microsoft.nchwc" or node.op_type != "Conv":
-        return ""
-    ops = ["Conv"]
-    inputs = node.inputs
-    if len(inputs) > 3 and inputs[3]:
-        ops.append("Sum")
-    activation = node.attr("activation")
-    if activation:
-        ops.append(activation.decode() if isinstance(activation, bytes) else str(activation))
-    return "+".join(ops) + " → nchwc.Conv"
-
-
-def _kind(old_ops: list[tuple[str, str]], new_ops: list[tuple[str, str]]) -> str:
-    before = sorted((d or "ai.onnx", o) for d, o in old_ops)
-    after = sorted((d or "ai.onnx", o) for d, o in new_ops)
-    compute = [op for op in new_ops if not _is_layout_plumbing(*op)]
-    if before == after:
-        return "unchanged"  # the same ops, at most with renamed values between them
-    if len(old_ops) > len(compute):
-        return "fused"
-    if len(old_ops) == len(compute):
-        return "replaced"
-    return "expanded"  # one op became several: a function inlined, an op decomposed
-
-
 # --------------------------------------------------------------------------- fusions side by side
-
-
-def _group(fusions: list[Fusion], extra: Callable[[Fusion], dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    groups: dict[str, dict[str, Any]] = {}
-    for f in fusions:
-        entry = groups.setdefault(f.pattern, {
-            "pattern": f.pattern,
-            "kind": f.kind,
-            "from": f.absorbed_ops,
-            "to": [{"domain": d or "ai.onnx", "op_type": o} for d, o in f.new_ops],
-            "count": 0,
-            "examples": [],
-        })
-        entry["count"] += 1
-        if len(entry["examples"]) < MAX_EXAMPLES:
-            shown = [n or "(unnamed)" for n in f.new_names[:MAX_EXAMPLES]]
-            more = len(f.new_names) - len(shown)
-            entry["examples"].append(" + ".join(shown) + (f" + {more} more" if more > 0 else ""))
-        if f.details:
-            details = entry.setdefault("details", {})
-            for key, n in f.details.items():
-                details[key] = details.get(key, 0) + n
-        if extra is not None:
-            for key, value in extra(f).items():
-                bucket = entry.setdefault(key, [])
-                if value and value not in bucket:
-                    bucket.append(value)
-    return sorted(groups.values(), key=lambda g: (-g["count"], g["pattern"]))
 
 
 def compare_fusions(ort: Trace, ours: Trace) -> dict[str, list[dict[str, Any]]]:
@@ -1025,7 +636,8 @@ def diff_sections(pairs: dict[int, tuple[Model, Model]], limit: int = 300,
     shown instead, escaped in a <pre>. Returns [] when graphtool.diff is not available.
     """
     try:
-        from graphtool.diff import diff, format_diff
+        from graphtool.diff import diff
+        from graphtool.diff_text import format_diff
     except ImportError:
         return []
     try:
@@ -1039,7 +651,7 @@ def diff_sections(pairs: dict[int, tuple[Model, Model]], limit: int = 300,
         label = f"ORT L{level} ({ORT_LEVELS[level]})"
         try:
             result = diff(ort_model, ours)
-            text = format_diff(result, label, "graphtool", limit=limit)
+            text = format_diff(result, label, "graphtool", max_lines=limit)
         except Exception as err:  # an add-on view: its failure must not take the report down
             sections.append((f"Level {level}: graph diff", f"<p class='bad'>graph diff failed: {html.escape(repr(err))}</p>"))
             continue

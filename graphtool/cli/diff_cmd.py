@@ -9,7 +9,9 @@ import click
 
 from graphtool import io
 from graphtool.cli import cli
-from graphtool.diff import diff, format_diff
+from graphtool.diff import diff
+from graphtool.diff_summary import summarize
+from graphtool.diff_text import format_diff
 from graphtool.errors import UsageError
 
 FORMATS = ("text", "json", "dot", "svg", "html")
@@ -54,12 +56,19 @@ def write_output(data: bytes, output: str | None) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write here instead of stdout.")
 @click.option("--context", type=click.IntRange(0, 1000), default=1, show_default=True,
               help="Hops of unchanged nodes drawn around each change in a picture.")
+@click.option("--all", "show_all", is_flag=True,
+              help="Text: print every change (grouped) instead of a screenful of examples.")
 @click.pass_context
 def diff_command(ctx: click.Context, a_path: str, b_path: str, fmt: str | None, as_json: bool,
-                 output: str | None, context: int) -> None:
+                 output: str | None, context: int, show_all: bool) -> None:
     """Compare two models node by node: what was added, removed or changed (attributes, inputs,
     op type, initializer values), plus graph-level changes (inputs, outputs, opsets, IR version,
     metadata). Nodes are matched by structure first, so renamed or reordered copies compare equal.
+
+    The text report first names what happened, grouped and largest first (rewrites such as
+    Conv+BatchNormalization → Conv ×53, folded subgraphs, constants turned into initializers,
+    dead code, weights), then a few examples of each group: it fits on a screen (40 lines).
+    --all prints every change; --json keeps every change and adds the groups.
     Exit code 0 when the models are equal, 1 when they differ, 2 on bad input."""
     fmt = output_format(fmt, as_json, output)
     check_output_folder(output)
@@ -69,10 +78,11 @@ def diff_command(ctx: click.Context, a_path: str, b_path: str, fmt: str | None, 
 
         a, b = infer_shapes(a), infer_shapes(b)  # shapes on the picture's edges
     result = diff(a, b)
-    if fmt == "text":
-        data = format_diff(result, a_path, b_path, limit=10**9 if output else 200).encode("utf-8")
+    if fmt == "text":  # to a file: every change (a file has no screen to fit)
+        data = format_diff(result, a_path, b_path, show_all=show_all or bool(output)).encode("utf-8")
     elif fmt == "json":
-        report = dict(result.as_dict(), a=a_path, b=b_path)
+        groups = [g.as_dict() for g in summarize(result)]
+        report = dict(result.as_dict(), a=a_path, b=b_path, groups=groups)
         data = json.dumps(report, indent=2, ensure_ascii=False, default=str).encode("utf-8")
     else:
         from graphtool.render.dot import diff_picture

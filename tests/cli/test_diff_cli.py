@@ -113,3 +113,51 @@ def test_subgraph_models(run_cli, tmp_path):
     r = run_cli("diff", "-o", str(tmp_path / "if.html"), path, f"{FIXTURES}/conv_bn.onnx")
     assert r.exit_code == 1
     assert "<svg" in (tmp_path / "if.html").read_text()
+
+
+def _level2(tmp_path, path=RESNET):
+    from graphtool.optimize import optimize
+
+    optimized, _, _ = optimize(io.load(path), level=2, target="ort")
+    out = tmp_path / "l2.onnx"
+    io.save(optimized, out)
+    return str(out)
+
+
+def test_text_tells_what_happened_in_a_screenful(run_cli, tmp_path):
+    """The issue's case: hundreds of node changes, read as a handful of named rewrites."""
+    for model in (RESNET, light_model("densenet121")):
+        r = run_cli("diff", model, _level2(tmp_path, model))
+        assert r.exit_code == 1 and r.stderr == ""
+        lines = r.stdout.splitlines()
+        assert len(lines) <= 40, r.stdout
+        assert lines[3] == "what changed, largest first (nodes: -removed +added ~changed):"
+        assert "Conv+BatchNormalization" in lines[4] and "FusedConv ×" in lines[4]
+        assert "opset/IR version: opset com.microsoft: None -> 1" in r.stdout
+        assert lines[-1] == "(--all prints every change; --json keeps them all as data)"
+
+
+def test_json_keeps_every_change_and_adds_the_groups(run_cli, tmp_path):
+    r = run_cli("diff", "--json", RESNET, _level2(tmp_path))
+    assert r.exit_code == 1
+    doc = json.loads(r.stdout)
+    c = doc["counts"]
+    every = [(g, i) for g, graph in enumerate(doc["graphs"]) for i in range(len(graph["nodes"]))]
+    assert len(every) == c["added"] + c["removed"] + c["changed"] == 411
+    refs = sorted(tuple(ref) for group in doc["groups"] for ref in group["nodes"])
+    assert refs == every  # each change in exactly one group
+    fusions = {g["title"]: g["count"] for g in doc["groups"] if g["kind"] == "fusion"}
+    assert sum(n for title, n in fusions.items() if title.startswith("Conv+BatchNormalization")) == 53
+    assert sum(g["count"] for g in doc["groups"] if g["kind"] in ("graph", "renamed")) == c["graph_changes"]
+
+
+def test_all_prints_every_change_grouped(run_cli, tmp_path):
+    optimized = _level2(tmp_path)
+    r = run_cli("diff", "--all", RESNET, optimized)
+    assert r.exit_code == 1
+    node_lines = [line for line in r.stdout.splitlines() if line.lstrip()[:2] in ("- ", "+ ", "~ ")]
+    assert len(node_lines) == 411 and len(r.stdout.splitlines()) > 400
+    assert r.stdout.splitlines()[3].startswith("Conv+BatchNormalization+Relu → FusedConv ×33")
+    out = tmp_path / "d.txt"  # a text file gets everything too: it has no screen to fit
+    assert run_cli("diff", RESNET, optimized, "-o", str(out)).exit_code == 1
+    assert out.read_text() == r.stdout.rstrip("\n")

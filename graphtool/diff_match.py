@@ -1,0 +1,534 @@
+"""Matching the nodes of two graphs: structural hashes, then names, then neighbours.
+
+See graphtool.diff's docstring for the phases and why structure goes before names. ``Matcher``
+pairs the nodes of one pair of graphs and classifies each matched pair's differences;
+graphtool.diff drives it over the main graph, subgraphs and functions.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any, Callable, Iterable
+
+from onnx import TensorProto, numpy_helper
+
+from graphtool.diff_values import (
+    canonical, constant_key, format_value, qualified, same_array, tensor_key, type_string, value_change,
+)
+from graphtool.ir.graph import Graph, Node
+from graphtool.ir.tensor import Tensor
+
+_RADIUS = 10  # hops through unmatched nodes when looking for a leftover's matched neighbours
+_MAX_VISIT = 64  # nodes one such local search may look at (keeps high fan-out values cheap)
+
+
+class Hashes:
+    """Forward and backward structural hashes of every node of one graph.
+
+    ``input_tokens`` gives the graph inputs their identity (paired inputs share a token);
+    values read from an enclosing scope take the enclosing graph's hash.
+    """
+
+    def __init__(self, graph: Graph, input_tokens: dict[str, int], outer: "Hashes | None" = None):
+        self.graph = graph
+        self.outer = outer
+        self.input_tokens = input_tokens
+        self.order = graph.topological_order()
+        self.index = {n.id: i for i, n in enumerate(self.order)}
+        self.attrs: dict[int, dict[str, Any]] = {}
+        self.canon: dict[int, dict[str, Any]] = {}
+        self.subgraphs: dict[int, list[tuple[str, int, Graph]]] = {}
+        self.forward: dict[int, int] = {}
+        self.backward: dict[int, int] = {}
+        self.value_hash: dict[str, int] = {}
+        self.constants: dict[int, tuple] = {}  # Constant node id -> content key
+        self._init_keys: dict[str, tuple] = {}
+        self._forward()
+        self._backward()
+
+    def init_key(self, name: str) -> tuple:
+        key = self._init_keys.get(name)
+        if key is None:
+            key = self._init_keys[name] = tensor_key(self.graph.initializers[name])
+        return key
+
+    def source(self, value: str) -> int:
+        """The hash of a value no node of this graph produces."""
+        g = self.graph
+        if value in g.initializers:
+            return hash(("init", self.init_key(value)))
+        if value in self.input_tokens:
+            return self.input_tokens[value]
+        if value in g.sparse_initializers:
+            return hash(("sparse", value))
+        if self.outer is not None and g.is_free(value):
+            return self.outer.hash_of(value)
+        return hash(("unbound", value))
+
+    def hash_of(self, value: str) -> int:
+        if not value:
+            return 0
+        h = self.value_hash.get(value)
+        return self.source(value) if h is None else h
+
+    def _forward(self) -> None:
+        for node in self.order:
+            attrs = node.attrs
+            subs: list[tuple[str, int, Graph]] = []
+            canon: dict[str, Any] = {}
+            for key, value in attrs.items():
+                if isinstance(value, Graph):
+                    subs.append((key, 0, value))
+                elif isinstance(value, list) and value and isinstance(value[0], Graph):
+                    subs.extend((key, k, sub) for k, sub in enumerate(value))
+                else:
+                    canon[key] = canonical(value)
+            self.attrs[node.id], self.canon[node.id], self.subgraphs[node.id] = attrs, canon, subs
+            sub_hashes = tuple(sorted((key, k, self.subgraph_hash(sub)) for key, k, sub in subs))
+            h = hash((
+                node.op_type,
+                node.domain,
+                tuple(sorted(canon.items())),
+                tuple(self.hash_of(v) for v in node.inputs),
+                sub_hashes,
+            ))
+            self.forward[node.id] = h
+            constant = constant_key(node)
+            if constant is not None:
+                self.constants[node.id] = constant
+            for slot, value in enumerate(node.outputs):
+                if value:  # a Constant's value hashes like an initializer of the same content
+                    self.value_hash[value] = hash(("init", constant)) if constant else hash((h, slot))
+
+    def subgraph_hash(self, sub: Graph) -> int:
+        inner = Hashes(sub, positional_tokens(sub), self)
+        return hash((tuple(inner.hash_of(o) for o in sub.outputs), len(sub.inputs)))
+
+    def _backward(self) -> None:
+        g = self.graph
+        out_pos = {name: k for k, name in enumerate(g.outputs)}
+        for node in reversed(self.order):
+            outs = []
+            for value in node.outputs:
+                if not value:
+                    outs.append(0)
+                    continue
+                uses = sorted((self.backward[c.id], slot) for c, slot in g.uses(value))
+                outs.append(hash((tuple(uses), out_pos.get(value, -1))))
+            self.backward[node.id] = hash((
+                node.op_type,
+                node.domain,
+                tuple(sorted(self.canon[node.id].items())),
+                tuple(outs),
+                len(node.inputs),
+            ))
+
+
+def positional_tokens(graph: Graph) -> dict[str, int]:
+    """Subgraph and function inputs are positional (Loop/Scan bodies, function signatures)."""
+    return {name: hash(("input", k)) for k, name in enumerate(graph.inputs) if name not in graph.initializers}
+
+
+def _real_inputs(graph: Graph) -> list[str]:
+    """Inputs a caller feeds (IR < 4 lists every initializer as an input too)."""
+    return [v for v in graph.inputs if v not in graph.initializers]
+
+
+def pair_names(a: list[str], b: list[str], by_name: bool) -> tuple[list[tuple[str, str]], list[str], list[str]]:
+    """Pair two name lists: equal names first (when ``by_name``), the rest by position."""
+    pairs: list[tuple[str, str]] = []
+    left_a, left_b = list(a), list(b)
+    if by_name:
+        common = set(a) & set(b)
+        pairs = [(n, n) for n in a if n in common]
+        left_a = [n for n in a if n not in common]
+        left_b = [n for n in b if n not in common]
+    k = min(len(left_a), len(left_b))
+    pairs += list(zip(left_a[:k], left_b[:k]))
+    return pairs, left_a[k:], left_b[k:]
+
+
+# ---------------------------------------------------------------------------------- matching
+
+
+class Matcher:
+    """Matches the nodes of one pair of graphs and classifies them."""
+
+    def __init__(self, ga: Graph, gb: Graph, by_name: bool, parent: "Matcher | None" = None):
+        self.ga, self.gb, self.parent = ga, gb, parent
+        self.input_pairs, self.inputs_only_a, self.inputs_only_b = pair_names(
+            _real_inputs(ga), _real_inputs(gb), by_name
+        )
+        tokens_a: dict[str, int] = {}
+        tokens_b: dict[str, int] = {}
+        for k, (va, vb) in enumerate(self.input_pairs):
+            tokens_a[va] = tokens_b[vb] = hash(("input", k))
+        for v in self.inputs_only_a:
+            tokens_a[v] = hash(("input-a", v))
+        for v in self.inputs_only_b:
+            tokens_b[v] = hash(("input-b", v))
+        self.a_input_to_b = dict(self.input_pairs)
+        self.ha = Hashes(ga, tokens_a, parent.ha if parent else None)
+        self.hb = Hashes(gb, tokens_b, parent.hb if parent else None)
+        self.a2b: dict[int, int] = {}
+        self.b2a: dict[int, int] = {}
+        self.how: Counter = Counter()
+        self._seen_values: set[tuple[str, str]] = set()
+        self._work: list[tuple[str, str]] = []
+
+    # -- value identity across the two graphs
+
+    def token_a(self, value: str) -> tuple:
+        ga = self.ga
+        if not value:
+            return ("none",)
+        producer = ga.producer(value)
+        if producer is not None:
+            constant = self.ha.constants.get(producer.id)
+            if constant is not None:
+                return ("init", constant)
+            b = self.a2b.get(producer.id)
+            if b is None:
+                return ("a", value)
+            slot = producer.outputs.index(value)
+            outputs = self.gb.node(b).outputs
+            return ("v", outputs[slot]) if slot < len(outputs) and outputs[slot] else ("a", value)
+        if value in ga.initializers:
+            return ("init", self.ha.init_key(value))
+        if value in self.a_input_to_b:
+            return ("v", self.a_input_to_b[value])
+        if self.parent is not None and ga.is_free(value):
+            return self.parent.token_a(value)
+        return ("a", value)
+
+    def token_b(self, value: str) -> tuple:
+        gb = self.gb
+        if not value:
+            return ("none",)
+        producer = gb.producer(value)
+        if producer is not None:
+            constant = self.hb.constants.get(producer.id)
+            if constant is not None:
+                return ("init", constant)
+        else:
+            if value in gb.initializers:
+                return ("init", self.hb.init_key(value))
+            if self.parent is not None and gb.is_free(value):
+                return self.parent.token_b(value)
+        return ("v", value)
+
+    # -- phases
+
+    def pair(self, a: int, b: int, how: str) -> None:
+        self.a2b[a], self.b2a[b] = b, a
+        self.how[how] += 1
+        na, nb = self.ga.node(a), self.gb.node(b)
+        for va, vb in zip(na.inputs, nb.inputs):
+            self._push(va, vb)
+        for va, vb in zip(na.outputs, nb.outputs):
+            self._push(va, vb)
+
+    def _push(self, va: str, vb: str) -> None:
+        if va and vb and (va, vb) not in self._seen_values:
+            self._seen_values.add((va, vb))
+            self._work.append((va, vb))
+
+    def run(self) -> None:
+        ha, hb = self.ha, self.hb
+        self._by_key(lambda h, n: h.forward[n], unique=True)
+        self._by_key(lambda h, n: (h.forward[n], h.backward[n]), unique=False)
+        self._by_key(lambda h, n: h.backward[n], unique=True)
+        self._by_names()
+        for va, vb in self.input_pairs:
+            self._push(va, vb)
+        for va, vb in pair_names(list(self.ga.outputs), list(self.gb.outputs), self.parent is None)[0]:
+            self._push(va, vb)
+        self._propagate()
+        self._sweep(ha.order, upstream=True)
+        self._sweep(ha.order[::-1], upstream=False)
+        self._same_inputs()
+
+    def _by_key(self, key: Callable[[Hashes, int], Any], unique: bool) -> None:
+        groups_a: dict[Any, list[int]] = defaultdict(list)
+        groups_b: dict[Any, list[int]] = defaultdict(list)
+        for n in self.ha.order:
+            if n.id not in self.a2b:
+                groups_a[key(self.ha, n.id)].append(n.id)
+        for n in self.hb.order:
+            if n.id not in self.b2a:
+                groups_b[key(self.hb, n.id)].append(n.id)
+        for k, ids_a in groups_a.items():
+            ids_b = groups_b.get(k)
+            if not ids_b or (unique and (len(ids_a) > 1 or len(ids_b) > 1)):
+                continue
+            for a, b in zip(ids_a, ids_b):
+                self.pair(a, b, "structure")
+
+    def _by_names(self) -> None:
+        def unique_names(graph: Graph) -> dict[str, int]:
+            seen: Counter = Counter(n.name for n in graph.nodes() if n.name)
+            return {n.name: n.id for n in graph.nodes() if n.name and seen[n.name] == 1}
+
+        names_b = unique_names(self.gb)
+        for name, a in unique_names(self.ga).items():
+            b = names_b.get(name)
+            if b is not None and a not in self.a2b and b not in self.b2a:
+                self.pair(a, b, "name")
+        gb = self.gb
+        for node in self.ha.order:
+            if node.id in self.a2b:
+                continue
+            for value in node.outputs:
+                other = gb.producer(value) if value else None
+                if (
+                    other is not None
+                    and other.id not in self.b2a
+                    and (other.op_type, other.domain) == (node.op_type, node.domain)
+                ):
+                    self.pair(node.id, other.id, "value name")
+                    break
+
+    def _propagate(self) -> None:
+        """From matched values to their unmatched producers and consumers of the same op type."""
+        ga, gb = self.ga, self.gb
+        while self._work:
+            va, vb = self._work.pop()
+            pa, pb = ga.producer(va), gb.producer(vb)
+            if (
+                pa is not None
+                and pb is not None
+                and pa.id not in self.a2b
+                and pb.id not in self.b2a
+                and (pa.op_type, pa.domain) == (pb.op_type, pb.domain)
+                and pa.outputs.index(va) == pb.outputs.index(vb)
+            ):
+                self.pair(pa.id, pb.id, "neighbours")
+            users_a: dict[tuple, list[int]] = defaultdict(list)
+            users_b: dict[tuple, list[int]] = defaultdict(list)
+            for c, slot in ga.uses(va):
+                if c.id not in self.a2b:
+                    users_a[(c.op_type, c.domain, slot)].append(c.id)
+            if not users_a:
+                continue
+            for c, slot in gb.uses(vb):
+                if c.id not in self.b2a:
+                    users_b[(c.op_type, c.domain, slot)].append(c.id)
+            for key, ids_a in users_a.items():
+                ids_b = users_b.get(key)
+                if not ids_b:
+                    continue
+                if len(ids_a) == len(ids_b) == 1:
+                    self.pair(ids_a[0], ids_b[0], "neighbours")
+                    continue
+                self._pair_group(ids_a, ids_b)
+
+    def _pair_group(self, ids_a: list[int], ids_b: list[int]) -> None:
+        """Several same-type consumers of one value: pair equal attributes, then by order."""
+        left_b = sorted(ids_b, key=self.hb.index.__getitem__)
+        for a in sorted(ids_a, key=self.ha.index.__getitem__):
+            attrs = self.ha.canon[a]
+            for b in left_b:
+                if self.hb.canon[b] == attrs:
+                    self.pair(a, b, "neighbours")
+                    left_b.remove(b)
+                    break
+
+    def _sweep(self, order: list[Node], upstream: bool) -> None:
+        """Leftovers: a node of the same op type near the same matched ancestors (descendants)."""
+        for node in order:
+            if node.id in self.a2b:
+                continue
+            anchors = self._anchors(self.ga, node, self.a2b, upstream)
+            if not anchors:
+                continue
+            score: Counter = Counter()
+            depth: dict[int, int] = {}
+            for anchor in anchors:
+                for cand, d in self._near(self.gb.node(anchor), node, upstream):
+                    score[cand] += 1
+                    depth[cand] = min(depth.get(cand, d), d)
+            kinds = self._kinds(self.ga, node)
+            ranked = []
+            for cand in score:
+                other = self.gb.node(cand)
+                if self._kinds(self.gb, other) != kinds:
+                    continue
+                shared = self._shared(node, other)
+                # a candidate next to the anchor is evidence enough (a removed node in between);
+                # farther away it must also read something the same (a weight, a matched value)
+                if depth[cand] > 1 and shared == 0:
+                    continue
+                ranked.append(((shared, score[cand], -depth[cand], -self.hb.index[cand]), cand))
+            if ranked:
+                self.pair(node.id, max(ranked)[1], "neighbours")
+                self._propagate()
+
+    def _kinds(self, graph: Graph, node: Node) -> tuple[str, ...]:
+        """Per input slot: absent, a constant (initializer or Constant op), or a computed value."""
+        kinds = []
+        for value in node.inputs:
+            if not value:
+                kinds.append("")
+                continue
+            producer = graph.producer(value)
+            constant = producer.op_type == "Constant" if producer is not None else value not in graph.inputs or value in graph.initializers
+            kinds.append("c" if constant else "v")
+        return tuple(kinds)
+
+    def _shared(self, a: Node, b: Node) -> int:
+        """Input slots that read the same thing (same constant content, or matched values)."""
+        return sum(
+            1 for va, vb in zip(a.inputs, b.inputs)
+            if va and vb and self.token_a(va) == self.token_b(vb)
+        )
+
+    def _neighbours(self, graph: Graph, node: Node, upstream: bool) -> list[Node]:
+        if upstream:
+            found = [graph.producer(v) for v in node.inputs]
+            return [p for p in found if p is not None]
+        return [c for v in node.outputs for c in graph.consumers(v)]
+
+    def _anchors(self, graph: Graph, node: Node, matched: dict[int, int], upstream: bool) -> set[int]:
+        """Matched nodes (as ids of the other graph) within _RADIUS hops through unmatched ones."""
+        anchors: set[int] = set()
+        frontier, seen = [node], {node.id}
+        for _ in range(_RADIUS):
+            nxt = []
+            for n in frontier:
+                for m in self._neighbours(graph, n, upstream):
+                    if m.id in seen or len(seen) > _MAX_VISIT:
+                        continue
+                    seen.add(m.id)
+                    if m.id in matched:
+                        anchors.add(matched[m.id])
+                    else:
+                        nxt.append(m)
+            frontier = nxt
+        return anchors
+
+    def _near(self, anchor: Node, like: Node, upstream: bool) -> Iterable[tuple[int, int]]:
+        """Unmatched B nodes of ``like``'s op type within _RADIUS hops of ``anchor`` (away from it)."""
+        frontier, seen = [anchor], {anchor.id}
+        for d in range(1, _RADIUS + 1):
+            nxt = []
+            for n in frontier:
+                for m in self._neighbours(self.gb, n, not upstream):
+                    if m.id in seen or m.id in self.b2a or len(seen) > _MAX_VISIT:
+                        continue
+                    seen.add(m.id)
+                    if (m.op_type, m.domain) == (like.op_type, like.domain):
+                        yield m.id, d
+                    nxt.append(m)
+            frontier = nxt
+
+    def _same_inputs(self) -> None:
+        """A leftover reading exactly what one leftover of the other side reads: an op change."""
+        index: dict[tuple, list[int]] = defaultdict(list)
+        for node in self.hb.order:
+            if node.id not in self.b2a:
+                key = tuple(self.token_b(v) for v in node.inputs)
+                if any(t[0] != "none" for t in key):
+                    index[key].append(node.id)
+        for node in self.ha.order:
+            if node.id in self.a2b:
+                continue
+            key = tuple(self.token_a(v) for v in node.inputs)
+            cands = [b for b in index.get(key, ()) if b not in self.b2a]
+            if len(cands) == 1 and len(self.gb.node(cands[0]).outputs) == len(node.outputs):
+                self.pair(node.id, cands[0], "same inputs")
+
+    # -- classification
+
+    def node_changes(self, a: Node, b: Node) -> list[dict[str, Any]]:
+        details: list[dict[str, Any]] = []
+        if (a.op_type, a.domain) != (b.op_type, b.domain):
+            details.append({"what": "op_type", "old": qualified(a), "new": qualified(b)})
+        ca, cb = self.ha.canon[a.id], self.hb.canon[b.id]
+        for key in sorted(set(ca) | set(cb)):
+            if ca.get(key) == cb.get(key):
+                continue
+            old, new = self.ha.attrs[a.id].get(key), self.hb.attrs[b.id].get(key)
+            entry: dict[str, Any] = {
+                "what": "attribute",
+                "name": key,
+                "old": None if key not in ca else format_value(old),
+                "new": None if key not in cb else format_value(new),
+            }
+            if isinstance(old, TensorProto) and isinstance(new, TensorProto):
+                entry.update(value_change(numpy_helper.to_array(old), numpy_helper.to_array(new)))
+            details.append(entry)
+        ins_a, ins_b = a.inputs, b.inputs
+        for slot in range(max(len(ins_a), len(ins_b))):
+            va = ins_a[slot] if slot < len(ins_a) else ""
+            vb = ins_b[slot] if slot < len(ins_b) else ""
+            if self.token_a(va) == self.token_b(vb):
+                continue
+            const_a = self.ga.const(va) if va else None
+            const_b = self.gb.const(vb) if vb else None
+            if const_a is not None and const_b is not None:
+                if same_array(const_a, const_b):
+                    continue  # e.g. a Constant node became an initializer: the value is what counts
+                both_init = self._initializer(self.ga, va) is not None and self._initializer(self.gb, vb) is not None
+                entry = {"what": "initializer" if both_init else "constant", "slot": slot, "old": va, "new": vb}
+                entry.update(value_change(const_a, const_b))
+                details.append(entry)
+            else:
+                details.append({"what": "input", "slot": slot, "old": va or None, "new": vb or None})
+        if len(a.outputs) != len(b.outputs):
+            details.append({"what": "outputs", "old": len(a.outputs), "new": len(b.outputs)})
+        return details
+
+    @staticmethod
+    def _initializer(graph: Graph, value: str) -> Tensor | None:
+        g: Graph | None = graph
+        while g is not None and value:
+            if value in g.initializers:
+                return g.initializers[value]
+            if g.producer(value) is not None or value in g.inputs:
+                return None
+            g = g.parent
+        return None
+
+    def graph_changes(self, main: bool) -> list[dict[str, Any]]:
+        ga, gb = self.ga, self.gb
+        changes: list[dict[str, Any]] = []
+        out_pairs, outs_a, outs_b = pair_names(list(ga.outputs), list(gb.outputs), main)
+        for kind, pairs, only_a, only_b in (
+            ("input", self.input_pairs, self.inputs_only_a, self.inputs_only_b),
+            ("output", out_pairs, outs_a, outs_b),
+        ):
+            for va, vb in pairs:
+                if main and va != vb:
+                    changes.append({"what": f"{kind} renamed", "old": va, "new": vb})
+                ta, tb = type_string(ga, va), type_string(gb, vb)
+                if ta != tb:
+                    changes.append({"what": f"{kind} type", "name": vb, "old": ta, "new": tb})
+            changes += [{"what": f"{kind} removed", "name": v, "type": type_string(ga, v)} for v in only_a]
+            changes += [{"what": f"{kind} added", "name": v, "type": type_string(gb, v)} for v in only_b]
+        return changes + self._initializer_changes()
+
+    def _initializer_changes(self) -> list[dict[str, Any]]:
+        """Initializers no node reads. Used ones show up in their consumers' changes; unused
+        ones would go unnoticed: dead weight that appeared, disappeared, or was left behind."""
+        ga, gb = self.ga, self.gb
+        unused_a = {n: self.ha.init_key(n) for n in ga.initializers if not ga.uses(n) and not ga.is_output(n)}
+        unused_b = {n: self.hb.init_key(n) for n in gb.initializers if not gb.uses(n) and not gb.is_output(n)}
+        if not unused_a and not unused_b:
+            return []
+        all_a = Counter(self.ha.init_key(n) for n in ga.initializers)
+        all_b = Counter(self.hb.init_key(n) for n in gb.initializers)
+        still_unused = Counter(unused_a.values())
+        changes: list[dict[str, Any]] = []
+        for name, key in unused_b.items():
+            if all_b[key] > all_a[key]:
+                all_b[key] -= 1
+                changes.append({"what": "unused initializer added", "name": name})
+            elif still_unused[key] > 0:
+                still_unused[key] -= 1
+            else:
+                changes.append({"what": "initializer no longer used", "name": name})
+        for name, key in unused_a.items():
+            if all_a[key] > all_b[key]:
+                all_a[key] -= 1
+                changes.append({"what": "unused initializer removed", "name": name})
+        return changes
