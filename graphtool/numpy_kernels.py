@@ -163,8 +163,14 @@ def _k_cast(node, args, opset):
         if x.size == 0 or (int(x.min()) >= info.min and int(x.max()) <= info.max):
             return [x.astype(target)]
         return None
-    if x.dtype.kind == "b" and target.kind in "iu":
+    if x.dtype.kind == "b" and target.kind in "iuf":
         return [x.astype(target)]
+    if x.dtype.kind in "iu" and target.kind == "b":
+        return [x != 0]
+    if x.dtype.kind in "iu" and target.type in (np.float32, np.float64):
+        exact = 1 << (24 if target.type is np.float32 else 53)  # every integer below is a float
+        if x.size == 0 or (-exact <= int(x.min()) and int(x.max()) <= exact):
+            return [x.astype(target)]
     return None
 
 
@@ -202,7 +208,69 @@ def _k_range(node, args, opset):
     return [np.arange(int(start), int(limit), int(delta), dtype=start.dtype)]
 
 
+# Elementwise ops numpy computes bit-identically: comparisons and logic on any dtype, and one
+# IEEE operation (correctly rounded in both) on float32/float64 or wrapping integer arithmetic.
+# float16 is left to onnxruntime (numpy rounds through float32: a second rounding can differ).
+_EXACT_FLOATS = (np.float32, np.float64)
+_BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
+_COMPARE = {"Equal": np.equal, "Less": np.less, "Greater": np.greater, "LessOrEqual": np.less_equal,
+            "GreaterOrEqual": np.greater_equal}
+_LOGIC = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}
+
+
+def _same_dtype(args: list) -> np.dtype | None:
+    if len(args) < 2 or any(a is None for a in args) or args[0].dtype != args[1].dtype:
+        return None
+    return args[0].dtype
+
+
+def _k_arith(node, args, opset):
+    dtype = _same_dtype(args)
+    if dtype is None or not (dtype.type in _EXACT_FLOATS or (dtype.kind in "iu" and node.op_type != "Div")):
+        return None
+    with np.errstate(all="ignore"):
+        return [np.asarray(_BINARY[node.op_type](args[0], args[1])).astype(dtype, copy=False)]
+
+
+def _k_compare(node, args, opset):
+    dtype = _same_dtype(args)
+    if dtype is None or dtype.kind not in "iufb":
+        return None
+    return [np.asarray(_COMPARE[node.op_type](args[0], args[1]))]
+
+
+def _k_logic(node, args, opset):
+    if _same_dtype(args) != np.bool_:
+        return None
+    return [np.asarray(_LOGIC[node.op_type](args[0], args[1]))]
+
+
+def _k_not(node, args, opset):
+    return [np.logical_not(args[0])] if args[0].dtype == np.bool_ else None
+
+
+def _k_neg(node, args, opset):
+    a = args[0]
+    if not (a.dtype.type in _EXACT_FLOATS or a.dtype.kind == "i"):
+        return None
+    return [np.asarray(np.negative(a) if node.op_type == "Neg" else np.abs(a)).astype(a.dtype, copy=False)]
+
+
+def _k_where(node, args, opset):
+    cond, x, y = args[0], args[1], args[2]
+    if cond is None or cond.dtype != np.bool_ or _same_dtype([x, y]) is None:
+        return None
+    return [np.asarray(np.where(cond, x, y)).astype(x.dtype, copy=False)]
+
+
 _KERNELS: dict[str, Callable[[Node, list, int], list[np.ndarray] | None]] = {
+    **{op: _k_arith for op in _BINARY},
+    **{op: _k_compare for op in _COMPARE},
+    **{op: _k_logic for op in _LOGIC},
+    "Not": _k_not,
+    "Neg": _k_neg,
+    "Abs": _k_neg,
+    "Where": _k_where,
     "Identity": _k_identity,
     "Shape": _k_shape,
     "Size": _k_size,
