@@ -23,7 +23,7 @@ sys.path.insert(0, ROOT)
 
 from graphtool import io  # noqa: E402
 from graphtool.optimize import optimize  # noqa: E402
-from graphtool.ort_compare import measure_latency  # noqa: E402
+from graphtool.compare import measure_latency  # noqa: E402
 from graphtool.verify import verify  # noqa: E402
 
 DEFAULT_MODELS = [os.path.join(ROOT, "fixtures", "torch", f"bert_{kind}.onnx") for kind in ("ts", "dynamo")]

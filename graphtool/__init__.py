@@ -97,7 +97,7 @@ def inspect(model: Model, path: str | None = None) -> dict[str, Any]:
 
 def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx", **options: Any) -> dict[str, Any]:
     """graphtool's result beside onnxruntime's own optimized graphs at each level."""
-    from graphtool.ort_compare import compare as run
+    from graphtool.compare import compare as run
 
     return run(model, levels, target, **options)
 

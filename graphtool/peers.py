@@ -91,7 +91,7 @@ def compare_peers(model: Any, path: str, peers: list[str], level: int = 1, targe
     from graphtool import io
     from graphtool.inspect import op_histogram
     from graphtool.optimize import optimize
-    from graphtool.ort_compare import compare_fusions, histogram_diff, trace_fusions
+    from graphtool.compare import compare_fusions, histogram_diff, trace_fusions
     from graphtool.verify import find_inputs, verify
 
     start = time.perf_counter()

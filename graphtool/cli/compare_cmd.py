@@ -12,7 +12,7 @@ from graphtool.cli import cli
 from graphtool.cli.inputs import input_options, resolve_inputs
 from graphtool.cli.output import emit
 from graphtool.errors import UsageError
-from graphtool.ort_compare import compare, diff_sections, format_compare, to_html
+from graphtool.compare import compare, diff_sections, format_compare, to_html
 
 
 def parse_levels(text: str) -> list[int]:

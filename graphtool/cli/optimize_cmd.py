@@ -148,7 +148,7 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
     result["node_map"] = name_map(original, optimized, ctx)
     comparison = None
     if compare_ort:
-        from graphtool.ort_compare import compare_level, format_compare
+        from graphtool.compare import compare_level, format_compare
 
         comparison = compare_level(original, optimized, level, target)
         result["compare_ort"] = comparison

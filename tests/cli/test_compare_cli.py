@@ -8,9 +8,9 @@ import re
 
 import onnx
 
-from graphtool.ort_compare import JSON_SCHEMA
+from graphtool.compare import JSON_SCHEMA
 from tests.conftest import FIXTURES
-from tests.test_ort_compare import conv_relu_model, schema_errors
+from tests.test_compare import conv_relu_model, schema_errors
 
 CONV_BN = f"{FIXTURES}/conv_bn.onnx"
 

@@ -1,4 +1,4 @@
-"""graphtool.ort_compare: ORT's optimized graphs beside graphtool's, fusions named from a structural diff."""
+"""graphtool.compare: ORT's optimized graphs beside graphtool's, fusions named from a structural diff."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from graphtool import io
-from graphtool.ort_compare import (
+from graphtool.compare import (
     JSON_SCHEMA,
     LEVEL_SCHEMA,
     compare,

@@ -1,0 +1,171 @@
+"""One compare report: ORT's graph and graphtool's at each level, side by side (fusions each
+applied, op histograms, outputs), as a JSON-ready dict."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from graphtool.compare.run import layout_notes, measure_latency, ort_optimized, output_diffs
+from graphtool.compare.schema import ORT_LEVELS, SCHEMA
+from graphtool.fusion_trace import Fusion, Trace, trace_fusions
+from graphtool.fusion_trace import group_fusions as _group
+from graphtool.inspect import op_histogram
+from graphtool.ir.model import Model
+
+def compare_fusions(ort: Trace, ours: Trace) -> dict[str, list[dict[str, Any]]]:
+    """Rewrites (fusions, replacements, expansions) found in one graph and not the other,
+    grouped by pattern.
+
+    An ORT rewrite counts as done by graphtool when one graphtool node stands for the same
+    original ops or a superset of them; when graphtool fused only some of them, the entry says
+    what graphtool did instead (``graphtool_did``).
+    """
+    def rewrites(trace: Trace) -> list[Fusion]:
+        return [f for f in trace.fusions if f.kind in ("fused", "replaced", "expanded")]
+
+    ort_f, our_f = rewrites(ort), rewrites(ours)
+
+    def owner_map(fusions: list[Fusion]) -> dict[int, Fusion]:
+        table: dict[int, Fusion] = {}
+        for f in fusions:
+            for i in f.absorbed:
+                table.setdefault(i, f)
+        return table
+
+    our_owner, ort_owner = owner_map(our_f), owner_map(ort_f)
+
+    def missing(fusions: list[Fusion], other: dict[int, Fusion]) -> tuple[list[Fusion], dict[int, list[str]]]:
+        left: list[Fusion] = []
+        instead: dict[int, list[str]] = {}
+        for f in fusions:
+            owners = {id(other[i]): other[i] for i in f.absorbed if i in other}
+            if len(owners) == 1 and all(i in other for i in f.absorbed):
+                continue  # the other side fused the same ops (or more) into one node
+            left.append(f)
+            instead[id(f)] = sorted({o.pattern for o in owners.values()})
+        return left, instead
+
+    ort_only, ort_instead = missing(ort_f, our_owner)
+    our_only, our_instead = missing(our_f, ort_owner)
+    return {
+        "ort": _group(ort_f),
+        "graphtool": _group(our_f),
+        "ort_only": _group(ort_only, lambda f: {"graphtool_did": "; ".join(ort_instead[id(f)])}),
+        "graphtool_only": _group(our_only, lambda f: {"ort_did": "; ".join(our_instead[id(f)])}),
+    }
+
+
+def _flat(hist: dict[str, dict[str, int]]) -> dict[tuple[str, str], int]:
+    return {(d, op): n for d, ops in hist.items() for op, n in ops.items()}
+
+
+def histogram_diff(ort_hist: dict[str, dict[str, int]], our_hist: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
+    """Every (domain, op) whose count differs; ``only`` names the side that alone has it."""
+    a, b = _flat(ort_hist), _flat(our_hist)
+    rows = []
+    for key in sorted(set(a) | set(b)):
+        if a.get(key, 0) != b.get(key, 0):
+            only = "ort" if key not in b else "graphtool" if key not in a else None
+            rows.append({"domain": key[0], "op_type": key[1], "ort": a.get(key, 0), "graphtool": b.get(key, 0),
+                         "only": only})
+    return rows
+
+
+# --------------------------------------------------------------------------- one level
+
+
+def _side(model: Model, trace: Trace | None = None) -> dict[str, Any]:
+    side: dict[str, Any] = {"nodes": model.node_count(), "op_histogram": op_histogram(model)}
+    if trace is not None:
+        side["removed"] = dict(trace.removed.most_common())
+        side["untraced"] = [{"domain": d or "ai.onnx", "op_type": o, "name": n} for d, o, n in trace.inserted]
+    return side
+
+
+def compare_level(original_model: Model, optimized_model: Model, level: int, target: str = "onnx",
+                  ort_model: Model | None = None, seed: int = 0,
+                  feeds: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+    """ORT's graph at ``level`` beside graphtool's ``optimized_model`` (optimized at that level).
+
+    This is what ``graphtool optimize --compare-ort`` prints (through ``format_compare``) and
+    what ``graphtool compare`` builds once per level. ``ort_model`` can be passed when the caller
+    already has ORT's graph; otherwise ORT optimizes ``original_model`` here.
+    """
+    if ort_model is None:
+        ort_model = ort_optimized(original_model, level)
+    ort_trace = trace_fusions(original_model, ort_model)
+    our_trace = trace_fusions(original_model, optimized_model)
+    ort_side, our_side = _side(ort_model, ort_trace), _side(optimized_model, our_trace)
+    return {
+        "level": level,
+        "ort_level": ORT_LEVELS[level],
+        "graphtool_level": level,
+        "target": target,
+        "original_nodes": original_model.node_count(),
+        "ort": ort_side,
+        "graphtool": our_side,
+        "op_diff": histogram_diff(ort_side["op_histogram"], our_side["op_histogram"]),
+        "fusions": compare_fusions(ort_trace, our_trace),
+        "outputs": output_diffs({"original": original_model, "ort": ort_model, "graphtool": optimized_model},
+                                seed=seed, feeds=feeds),
+        "notes": layout_notes(ort_model),
+    }
+
+
+# --------------------------------------------------------------------------- whole report
+
+
+def graphtool_level_for(level: int, target: str) -> int:
+    """graphtool's level that matches ORT's: 3 only once graphtool has level-3 passes."""
+    from graphtool.pass_manager import load_builtin_and_plugins
+
+    top = max((cls.level for cls in load_builtin_and_plugins().values()
+               if cls.target in ("onnx", target) and not cls.analysis), default=1)
+    return min(level, max(2, min(top, 3)))
+
+
+def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx", latency: bool = False,
+            runs: int = 20, warmup: int = 3, seed: int = 0, path: str | None = None,
+            feeds: dict[str, np.ndarray] | None = None,
+            on_step: Callable[[str], None] | None = None,
+            models: dict[int, tuple[Model, Model]] | None = None) -> dict[str, Any]:
+    """The ``graphtool compare`` report (schema ``graphtool.compare/1``, see ``JSON_SCHEMA``).
+
+    ``models``, when given, receives {level: (ORT's graph, graphtool's graph)} for callers that
+    render the graphs themselves (``--html``).
+    """
+    from graphtool.optimize import optimize
+
+    levels = sorted(set(levels))
+    ours: dict[int, Model] = {}
+    report: dict[str, Any] = {
+        "schema": SCHEMA,
+        "model": path,
+        "target": target,
+        "original": _side(model),
+        "levels": [],
+        "latency": None,
+    }
+    for level in levels:
+        our_level = graphtool_level_for(level, target)
+        if our_level not in ours:
+            if on_step:
+                on_step(f"graphtool optimize level {our_level}")
+            ours[our_level] = optimize(model, level=our_level, target=target)[0]
+        if on_step:
+            on_step(f"onnxruntime level {level} ({ORT_LEVELS[level]})")
+        ort_model = ort_optimized(model, level)
+        entry = compare_level(model, ours[our_level], level, target, ort_model=ort_model, seed=seed, feeds=feeds)
+        if models is not None:
+            models[level] = (ort_model, ours[our_level])
+        entry["graphtool_level"] = our_level  # L3 compares against graphtool's L2 until it has L3 passes
+        report["levels"].append(entry)
+    if latency:
+        if on_step:
+            on_step("latency")
+        variants = [("original", model)] + [(f"graphtool L{lv}", m) for lv, m in sorted(ours.items())]
+        ort_levels = ["off"] + [ORT_LEVELS[lv] for lv in levels]
+        report["latency"] = measure_latency(variants, ort_levels, runs=runs, warmup=warmup, feeds=feeds, seed=seed)
+    return report
