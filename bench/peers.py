@@ -43,6 +43,16 @@ def _has_external_data(path: str) -> bool:
                for t in onnx.load(path, load_external_data=False).graph.initializer)
 
 
+def transformer_type(path: str) -> str | None:
+    """onnxruntime.transformers' model_type for a transformer export (by its file name), else None:
+    its optimizer applies only to the architectures it has fusions for."""
+    name = os.path.basename(path).lower()
+    for key, kind in (("gpt2", "gpt2"), ("vit", "vit"), ("whisper", "bert"), ("bert", "bert")):
+        if key in name:
+            return kind
+    return None
+
+
 def _run(tool: str, src: str, out: str, level: int, target: str) -> None:
     """Run inside the child process: import first, then time only the work.
 
@@ -64,7 +74,7 @@ def _run(tool: str, src: str, out: str, level: int, target: str) -> None:
         start, cpu_start = time.perf_counter(), time.process_time()
         model, _, _ = optimize(io.load(src), level=level, target=target, in_place=True)
         io.save(model, out)
-    elif tool.startswith("ort-"):
+    elif tool.startswith("ort-") and tool != "ort-transformers":
         import onnxruntime as ort
 
         from graphtool.runtime import make_session, session_options
@@ -113,6 +123,21 @@ def _run(tool: str, src: str, out: str, level: int, target: str) -> None:
 
             fused, _ = optimize_for_ort(ir.from_proto(optimizer.optimize(onnx.load(src))))
             onnx.save(ir.to_proto(fused), out)
+    elif tool == "ort-transformers":
+        import logging
+
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        from graphtool.runtime import make_session
+
+        logging.disable(logging.WARNING)  # its per-fusion log lines are not results
+        start, cpu_start = time.perf_counter(), time.process_time()
+        # = optimize_model(opt_level=1): ORT's basic level, then the transformer fusions. Done in two
+        # steps because its own ORT step imports torch (for a CUDA version check) and torch is absent.
+        basic = out + ".basic.onnx"
+        make_session(src, "basic", optimized_path=basic)
+        optimize_model(basic, model_type=transformer_type(src), opt_level=0).save_model_to_file(
+            out, use_external_data_format=external)
     else:
         raise SystemExit(f"unknown tool {tool}")
     seconds = time.perf_counter() - start

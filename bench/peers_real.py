@@ -26,11 +26,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 import corpus  # noqa: E402
-from peers import measure  # noqa: E402
+from peers import measure, transformer_type  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STANDARD = ("ort-basic", "onnxsim", "onnxslim", "onnxoptimizer", "onnxscript")
-ORT_TARGET = ("ort-extended", "onnxscript-ort")
+ORT_TARGET = ("ort-extended", "onnxscript-ort", "ort-transformers")
 ATOL, RTOL = 1e-4, 1e-3
 
 
@@ -94,7 +94,8 @@ def run_model(name: str, path: str, tools: list[str]) -> dict:
     row: dict = {"model": name, "size": _size(path), "tools": {}, "domains": sorted(_domains(path))}
     with tempfile.TemporaryDirectory() as tmp:
         jobs = [("graphtool-l1", "graphtool", 1, "onnx"), ("graphtool-l2", "graphtool", 2, "ort")]
-        jobs += [(t, t, 1, "onnx") for t in tools if t != "graphtool"]
+        jobs += [(t, t, 1, "onnx") for t in tools if t != "graphtool"
+                 and (t != "ort-transformers" or transformer_type(path))]  # it has fusions for transformers only
         for key, tool, level, target in jobs:
             out = os.path.join(tmp, f"{key}.onnx")
             res = measure(tool, path, out, level, target, timeout=900, mem_limit_mb=12000)
@@ -135,7 +136,7 @@ def main() -> None:
                 for row in json.load(handle):
                     if "domains" not in row:  # rows saved before the field existed
                         name = row["model"]
-                        path = (os.path.join(REPO, "fixtures", name + ".onnx") if name.startswith("torch/")
+                        path = (os.path.join(REPO, "fixtures", name + ".onnx") if name.startswith(("torch/", "hf/"))
                                 else str(corpus.CACHE / f"{name}.onnx"))
                         row["domains"] = sorted(_domains(path))
                     merged[row["model"]] = row
@@ -144,10 +145,11 @@ def main() -> None:
     only = args.only.split(",") if args.only else None
     models = [(m["name"], m["path"]) for m in corpus.models(only)]
     if not args.no_fixtures:
-        for path in sorted(glob.glob(os.path.join(REPO, "fixtures", "torch", "*.onnx"))):
-            name = "torch/" + os.path.basename(path)[:-5]
-            if not only or name in only:
-                models.append((name, path))
+        for folder in ("torch", "hf"):  # fixtures/hf: the transformers exports (eager/sdpa × TorchScript/dynamo)
+            for path in sorted(glob.glob(os.path.join(REPO, "fixtures", folder, "*.onnx"))):
+                name = f"{folder}/" + os.path.basename(path)[:-5]
+                if not only or name in only:
+                    models.append((name, path))
     rows = []
     for name, path in models:
         row = run_model(name, path, args.tools.split(","))
