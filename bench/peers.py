@@ -43,6 +43,20 @@ def _has_external_data(path: str) -> bool:
                for t in onnx.load(path, load_external_data=False).graph.initializer)
 
 
+def _peak_rss_mb() -> float:
+    """This process's peak RSS since it exec'd (VmHWM). ``ru_maxrss`` would not do: it survives
+    exec, so a child forked from a big parent (peers_real after it ran the original in onnxruntime)
+    starts with the parent's footprint and the first tool measured looks hundreds of MB heavier."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def transformer_type(path: str) -> str | None:
     """onnxruntime.transformers' model_type for a transformer export (by its file name), else None:
     its optimizer applies only to the architectures it has fusions for."""
@@ -142,7 +156,7 @@ def _run(tool: str, src: str, out: str, level: int, target: str) -> None:
         raise SystemExit(f"unknown tool {tool}")
     seconds = time.perf_counter() - start
     cpu_seconds = time.process_time() - cpu_start  # all threads; less sensitive than wall time to a busy machine
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_mb = _peak_rss_mb()
     print(json.dumps({"tool": tool, "seconds": seconds, "cpu_seconds": cpu_seconds, "rss_mb": rss_mb,
                       "nodes": _count(out)}))
 
