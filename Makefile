@@ -1,12 +1,13 @@
 # Every target sets itself up: a venv in .venv, and from apt graphviz (`dot`) and chromium (the
-# HTML tests open pages in a real headless browser) when they are missing.
+# HTML tests open pages in a real headless browser, driven by the `playwright` package from the
+# test extra with the system chromium: no browser download) when they are missing.
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 GT     := $(VENV)/bin/graphtool
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test bench fixtures fuzz clean
+.PHONY: setup demo test bench fixtures fuzz clean readme-picture
 
 setup: $(STAMP)
 
@@ -32,6 +33,10 @@ bench: setup
 
 fixtures: setup
 	$(PY) fixtures/make_fixtures.py
+
+readme-picture: setup
+	@# docs/diff.png: a real diff's HTML page, screenshot by headless chromium (bench/readme_picture.py)
+	$(PY) bench/readme_picture.py docs/diff.png
 
 fuzz: setup
 	@# make fuzz SECONDS=N: coverage-guided fuzzing of load → IR → save → load → inspect (fuzz/fuzz_load.py)

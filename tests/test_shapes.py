@@ -64,3 +64,15 @@ def test_subgraph_values_are_answered():
               [vi("x", ["b", 8]), vi("c", [], TensorProto.BOOL)], [vi("y", ["b", 8])])
     branch = m.graph.nodes("If")[0].attr("then_branch")
     assert ShapeOracle(m).dims(branch, "x") == ["b", 8]  # an outer value, seen from the branch
+
+
+def test_one_call_site_of_onnx_shape_inference():
+    calls = []
+    for folder in ("graphtool", "passes"):
+        for dirpath, _, files in os.walk(os.path.join(ROOT, folder)):
+            for name in files:
+                if name.endswith(".py"):
+                    path = os.path.join(dirpath, name)
+                    text = open(path, encoding="utf-8").read()
+                    calls += [os.path.relpath(path, ROOT)] * len(re.findall(r"shape_inference\.infer_shapes\(", text))
+    assert calls == ["graphtool/shapes.py"], calls

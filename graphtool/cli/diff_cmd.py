@@ -58,9 +58,13 @@ def write_output(data: bytes, output: str | None) -> None:
               help="Hops of unchanged nodes drawn around each change in a picture.")
 @click.option("--all", "show_all", is_flag=True,
               help="Text: print every change (grouped) instead of a screenful of examples.")
+@click.option("--all-attrs", is_flag=True,
+              help="Picture: show every attribute in the boxes, also those equal to their schema default.")
+@click.option("--names", is_flag=True, help="Picture: show each node's name in its box.")
 @click.pass_context
 def diff_command(ctx: click.Context, a_path: str, b_path: str, fmt: str | None, as_json: bool,
-                 output: str | None, context: int, show_all: bool) -> None:
+                 output: str | None, context: int, show_all: bool, all_attrs: bool,
+                 names: bool) -> None:
     """Compare two models node by node: what was added, removed or changed (attributes, inputs,
     op type, initializer values), plus graph-level changes (inputs, outputs, opsets, IR version,
     metadata). Nodes are matched by structure first, so renamed or reordered copies compare equal.
@@ -87,7 +91,7 @@ def diff_command(ctx: click.Context, a_path: str, b_path: str, fmt: str | None, 
     else:
         from graphtool.render.dot import diff_picture
 
-        picture = diff_picture(result, context)
+        picture = diff_picture(result, context, all_attrs=all_attrs, names=names)
         picture.title = f"{os.path.basename(a_path)} → {os.path.basename(b_path)}: {picture.title}"
         data = picture.render(fmt)
     write_output(data, output)

@@ -29,11 +29,16 @@ _BY_EXTENSION = {".dot": "dot", ".gv": "dot", ".svg": "svg", ".html": "html", ".
               help="Draw at most this many nodes: the first ones in topological order, then one "
                    "'… N more nodes' node.")
 @click.option("--no-shapes", is_flag=True, help="Skip ONNX shape inference; edges show only the shapes the file records.")
+@click.option("--all-attrs", is_flag=True,
+              help="Show every attribute in the boxes, also those equal to their ONNX schema default (hidden by default).")
+@click.option("--names", is_flag=True, help="Show each node's name in its box (by default: on hover, in the HTML panel and search).")
 def viz_command(model_path: str, output: str | None, fmt: str | None, around: str | None, depth: int,
-                max_nodes: int, no_shapes: bool) -> None:
-    """Draw MODEL: one box per op with its key attributes, initializers folded into their
-    consumer ("W 64x3x7x7"), tensor shapes on edges, If/Loop/Scan bodies as clusters. The HTML
-    page is self-contained (inline SVG, pan/zoom, hover for attributes)."""
+                max_nodes: int, no_shapes: bool, all_attrs: bool, names: bool) -> None:
+    """Draw MODEL: one box per op with its op type, the attributes that differ from their
+    schema default and the weights folded into it ("W 64x3x7x7"), tensor shapes on edges,
+    If/Loop/Scan bodies as clusters. The HTML page is self-contained and opens readable at the
+    graph's inputs: search (/), fit (f), zoom (+/-), an overview to navigate, and click a node
+    for its attributes, inputs and outputs with shapes, and weight statistics."""
     if fmt is None:
         if output:
             ext = os.path.splitext(output)[1].lower()
@@ -48,7 +53,8 @@ def viz_command(model_path: str, output: str | None, fmt: str | None, around: st
     model = io.load(model_path)
     if not no_shapes:
         model = infer_shapes(model)
-    picture = model_picture(model, around=around, depth=depth, max_nodes=max_nodes)
+    picture = model_picture(model, around=around, depth=depth, max_nodes=max_nodes, all_attrs=all_attrs,
+                            names=names)
     if picture.shown < picture.total and around is None:
         click.echo(f"graphtool: note: drew {picture.shown} of {picture.total} nodes (--max-nodes {max_nodes}); "
                    "use --around NODE --depth K for a region, or raise --max-nodes", err=True)

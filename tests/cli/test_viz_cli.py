@@ -46,6 +46,15 @@ def test_densenet121_whole_and_past_max_nodes(run_cli, tmp_path):
     assert "… 1446 more nodes" in (tmp_path / "part.svg").read_text()
 
 
+def test_all_attrs_and_names(run_cli):
+    r = run_cli("viz", light_model("resnet50"), "--around", "n1", "--depth", "0")
+    assert r.exit_code == 0, r.stderr
+    assert "epsilon=" not in r.stdout  # BatchNormalization's default epsilon: hidden like Netron
+    r = run_cli("viz", light_model("resnet50"), "--around", "n1", "--depth", "0", "--all-attrs", "--names")
+    assert r.exit_code == 0, r.stderr
+    assert "epsilon=1e-05" in r.stdout and ">n1<" in r.stdout
+
+
 def test_bad_input_exits_2(run_cli, tmp_path):
     model = f"{FIXTURES}/conv_bn.onnx"
     cases = [

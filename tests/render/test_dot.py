@@ -42,7 +42,7 @@ def test_html_text_escapes_everything_dot_would_interpret():
 
 def test_hostile_names_render_as_text_in_dot_and_svg():
     model = load_evil()
-    picture = model_picture(infer_shapes(model))
+    picture = model_picture(infer_shapes(model), names=True)  # names in the boxes too: every text path
     dot = subprocess.run(["dot", "-Tsvg"], input=picture.source.encode(), capture_output=True, check=False)
     assert dot.returncode == 0 and dot.stderr == b"", dot.stderr  # dot parses it, without warnings
     svg = picture.svg()
@@ -60,6 +60,10 @@ def test_hostile_names_render_as_text_in_dot_and_svg():
     assert "<script" not in svg and "<img" not in svg
     # the symbolic dim and the custom op's domain survive as text
     assert 'N<&">x4' in texts and "evil.<dom>::Evil" in texts
+    # by default (like Netron) a box has no name: names are in the hover text, still exact
+    plain_texts, plain_titles = _svg_texts(model_picture(infer_shapes(model)).svg())
+    assert "quote\"name" not in plain_texts
+    assert any(t.startswith("Relu  quote\"name") for t in plain_titles.values())
 
 
 def test_initializers_fold_into_their_consumer_and_edges_carry_shapes():
@@ -196,8 +200,9 @@ def test_nested_subgraphs_are_nested_clusters():
     assert "\tsubgraph cluster_g" in source  # the body
     assert "\t\tsubgraph cluster_g" in source  # the If branches, inside the body's cluster
     assert source.count("subgraph cluster_") == 3
-    texts, _ = _svg_texts(picture.svg())
-    assert "then_relu" in texts and "else_neg" in texts
+    _, titles = _svg_texts(picture.svg())
+    assert any(t.startswith("Relu  then_relu") for t in titles.values())
+    assert any(t.startswith("Neg  else_neg") for t in titles.values())
 
 
 def test_untyped_values_and_empty_texts_still_render():

@@ -78,6 +78,7 @@ ALLOWED_TAGS = {
     "html", "head", "meta", "title", "style", "body", "header", "h1", "h2", "span", "button", "main", "div",
     "aside", "table", "thead", "tbody", "tr", "th", "td", "br", "small", "script", "dl", "dt", "dd",
     "svg", "g", "path", "polygon", "polyline", "ellipse", "text", "font", "b",
+    "p", "input", "kbd", "ul", "li", "canvas",  # the search box, key hints, summary groups, overview
 }
 
 
@@ -136,7 +137,7 @@ def test_diff_page_of_hostile_names_injects_nothing(tmp_path):
     assert "<img src=x onerror=alert(2)>" in text  # the new attribute value, shown in the table
 
 
-def test_pan_zoom_hover_and_row_click_work(tmp_path):
+def test_pan_zoom_click_and_row_click_work(tmp_path):
     a = io.load(light_model("resnet50"))
     picture = diff_picture(diff(a, hand_edit(io.load(light_model("resnet50")))))
     removed = next(k for k, info in picture.info.items() if info.get("change") == "removed")
@@ -144,7 +145,12 @@ def test_pan_zoom_hover_and_row_click_work(tmp_path):
       var out = {}, svg = document.querySelector('#view svg');
       var r = svg.getBoundingClientRect(), cx = r.left + r.width / 2, cy = r.top + r.height / 2;
       out.start = svg.getAttribute('viewBox');
-      svg.dispatchEvent(new WheelEvent('wheel', {deltaY: -400, clientX: cx, clientY: cy, bubbles: true, cancelable: true}));
+      var node = document.getElementById('REMOVED');
+      node.querySelector('text').dispatchEvent(new MouseEvent('click', {bubbles: true}));
+      out.panel = document.getElementById('details').textContent;
+      svg.dispatchEvent(new WheelEvent('wheel', {deltaY: 120, clientX: cx, clientY: cy, bubbles: true, cancelable: true}));
+      out.scrolled = svg.getAttribute('viewBox');
+      svg.dispatchEvent(new WheelEvent('wheel', {deltaY: -40, ctrlKey: true, clientX: cx, clientY: cy, bubbles: true, cancelable: true}));
       out.zoomed = svg.getAttribute('viewBox');
       svg.dispatchEvent(new MouseEvent('mousedown', {clientX: cx, clientY: cy, bubbles: true}));
       window.dispatchEvent(new MouseEvent('mousemove', {clientX: cx + 50, clientY: cy + 30, bubbles: true}));
@@ -152,9 +158,6 @@ def test_pan_zoom_hover_and_row_click_work(tmp_path):
       out.dragged = svg.getAttribute('viewBox');
       document.getElementById('fit').click();
       out.fit = svg.getAttribute('viewBox');
-      var node = document.getElementById('REMOVED');
-      node.querySelector('text').dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));
-      out.panel = document.getElementById('details').textContent;
       document.querySelector('tr[data-node="REMOVED"]').click();
       out.lit = node.getAttribute('class');
       out.focused = svg.getAttribute('viewBox');
@@ -162,12 +165,14 @@ def test_pan_zoom_hover_and_row_click_work(tmp_path):
     """.replace("REMOVED", removed)
     dom = _Dom(dump_dom(with_test_script(picture.render("html").decode(), script), tmp_path))
     out = json.loads(dom.body_attr("data-test"))
-    start, zoomed, dragged, fit, focused = (
-        [float(v) for v in out[k].split()] for k in ("start", "zoomed", "dragged", "fit", "focused"))
-    assert zoomed[2] < start[2] and zoomed[3] < start[3]  # wheel up zooms in
+    start, scrolled, zoomed, dragged, fit, focused = (
+        [float(v) for v in out[k].split()] for k in ("start", "scrolled", "zoomed", "dragged", "fit", "focused"))
+    assert scrolled[1] > start[1] and scrolled[2:] == start[2:]  # the wheel scrolls down, like a document
+    assert zoomed[2] < start[2] and zoomed[3] < start[3]  # ctrl+wheel up (a pinch) zooms in
     assert dragged[2] == zoomed[2] and dragged[0] < zoomed[0] and dragged[1] < zoomed[1]  # drag pans
-    assert fit == start
-    assert focused[2] < start[2]  # clicking a row zooms to its node
+    # the page opens zoomed in to a readable scale, not fitted: fit shows more of the graph
+    assert fit[2] > start[2] and fit[3] > start[3]
+    assert focused[2] < fit[2]  # clicking a row zooms to its node
     assert "BatchNormalization" in out["panel"] and "removed" in out["panel"]
     assert out["lit"] == "node lit"
 
