@@ -15,7 +15,25 @@ import click
 from graphtool.errors import GraphtoolError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# command name -> the module that defines it: imported only when that command runs (or for --help),
+# so `graphtool viz` does not pay for onnxruntime, the passes and every other command's imports
+COMMANDS = {name: f"graphtool.cli.{name}_cmd" for name in
+            ("inspect", "check", "optimize", "compare", "diff", "viz", "convert", "tune", "passes")}
+
+
+class LazyGroup(click.Group):
+    """A click group whose commands register themselves when their module is first imported."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in COMMANDS:
+            __import__(COMMANDS[name])
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show the traceback of internal errors.")
 @click.option("--allow-links", is_flag=True, help="Read external data files that have several hard links.")
 @click.option("--memory-limit", metavar="SIZE", help="Memory onnxruntime may use in its child process (e.g. 16G).")
@@ -42,17 +60,6 @@ def _end_of_command() -> None:
     sandbox.SESSIONS = False
 
 
-def _register_commands() -> None:
-    from graphtool.cli import inspect_cmd, passes_cmd  # noqa: F401
-
-    for module in ("optimize_cmd", "compare_cmd", "diff_cmd", "viz_cmd", "check_cmd", "convert_cmd", "tune_cmd"):
-        try:
-            __import__(f"graphtool.cli.{module}")
-        except ModuleNotFoundError as err:
-            if err.name != f"graphtool.cli.{module}":
-                raise
-
-
 def one_line(text: str) -> str:
     """``text`` as one printable line: names in a model may hold newlines, ANSI escapes or
     bidi controls, and an error message quoting them must stay the single line we promise."""
@@ -63,7 +70,6 @@ def main(argv: list[str] | None = None) -> None:
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        _register_commands()
         code = cli.main(args=argv, prog_name="graphtool", standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except GraphtoolError as err:

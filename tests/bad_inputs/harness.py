@@ -49,10 +49,11 @@ MEMORY_LIMIT = "2G"
 
 def available_commands() -> list[str]:
     """The commands graphtool has right now (others are being written), in table order."""
-    from graphtool.cli import _register_commands, cli
+    import click
 
-    _register_commands()
-    names = [n for n in cli.commands if n not in NO_MODEL_COMMANDS]
+    from graphtool.cli import cli
+
+    names = [n for n in cli.list_commands(click.Context(cli)) if n not in NO_MODEL_COMMANDS]
     return [c for c in COMMANDS if c in names] + sorted(n for n in names if n not in COMMANDS)
 
 
