@@ -24,7 +24,8 @@
 11. ``x * 1``, ``1 * x``, ``x + 0``, ``0 + x``, ``x - 0``, ``x / 1`` when the constant is all
     ones/zeros and broadcasting it does not change x's shape (a scalar, or x's known shape covers
     it). Note ``-0.0 + 0.0 = +0.0``: Add of a positive zero may flip the sign of a zero, which
-    compares equal; every other case is bit-exact.
+    compares equal; every other case is bit-exact. Likewise ``x And True`` and ``x Or False``
+    (torch's dynamo export starts its attention masks with ``And(True, ge)``).
 
 Keeping graph-output names: when ``y`` is an output of its graph, ``x`` is renamed to ``y`` — only
 when ``x`` is produced by an op of this graph and is not itself an output.
@@ -350,6 +351,23 @@ def _neutral(value: float, sides: tuple[int, ...]) -> Handler:
     return handler
 
 
+def _logic_neutral(value: bool) -> Handler:
+    """``x And True`` and ``x Or False`` are x (both operands are bool by the schema)."""
+
+    def handler(graph: Graph, node: Node, opset: int) -> str | None:
+        inputs = node.inputs
+        if len(inputs) != 2:
+            return None
+        for side in (1, 0):
+            c = graph.const(inputs[side])
+            if c is not None and c.dtype == np.bool_ and bool(np.all(c == value)) and \
+                    _broadcast_keeps(graph, inputs[1 - side], c.shape):
+                return inputs[1 - side]
+        return None
+
+    return handler
+
+
 def _broadcast_keeps(graph: Graph, x: str, cshape: tuple[int, ...]) -> bool:
     if len(cshape) == 0:
         return True
@@ -376,6 +394,8 @@ CASES: dict[str, Handler] = {
     "Sub": _neutral(0, (1,)),
     "Mul": _neutral(1, (1, 0)),
     "Div": _neutral(1, (1,)),
+    "And": _logic_neutral(True),
+    "Or": _logic_neutral(False),
 }
 
 

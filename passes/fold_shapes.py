@@ -185,13 +185,17 @@ def _merge_equal(graph: Graph, ctx: PassContext, values: dict[str, SymValue], or
 
 
 def _reads_dim(graph: Graph, node: Node, oracle: DimsView) -> tuple[str, int | None] | None:
-    """(x, dim) when ``node`` is ``Gather(Shape(x), k)`` reading dim ``dim`` of x."""
-    if node.op_type != "Gather" or len(node.inputs) != 2:
+    """(x, dim) when ``node`` reads dim ``dim`` of x straight off its shape: ``Gather(Shape(x), k)``,
+    or ``Squeeze(Shape(x, start=k, end=k+1))`` (dynamo's ``sym_size``)."""
+    if node.op_type == "Squeeze" and node.inputs:
+        index = np.asarray(0)  # the one element of the sliced shape
+    elif node.op_type == "Gather" and len(node.inputs) == 2:
+        index = graph.const(node.inputs[1])
+    else:
         return None
     shape_node = graph.producer(node.inputs[0])
     if shape_node is None or shape_node.op_type != "Shape":
         return None
-    index = graph.const(node.inputs[1])
     if index is None or np.asarray(index).ndim != 0:
         return None
     dims = oracle.dims(shape_node.inputs[0])
@@ -201,6 +205,8 @@ def _reads_dim(graph: Graph, node: Node, oracle: DimsView) -> tuple[str, int | N
     start, end = shape_node.attr("start", 0), shape_node.attr("end", rank)
     start = min(max(start + rank if start < 0 else start, 0), rank)
     end = min(max(end + rank if end < 0 else end, 0), rank)
+    if node.op_type == "Squeeze" and end - start != 1:
+        return None
     i = int(index)
     i = i + (end - start) if i < 0 else i
     return shape_node.inputs[0], (start + i if 0 <= i < end - start else None)

@@ -257,6 +257,21 @@ def test_neutral_arithmetic_removed():
     assert report.passes[PASS].stats == {"Mul": 1, "Add": 1, "Sub": 1, "Div": 1}
 
 
+def test_neutral_logic_removed_and_the_rest_kept():
+    """dynamo's attention mask: And(True, ge); Or(x, False) likewise; And(x, False) is not x."""
+    B = TensorProto.BOOL
+    m = model(
+        [helper.make_node("And", ["t", "x"], ["a"]), helper.make_node("Or", ["a", "f_row"], ["b"]),
+         helper.make_node("And", ["b", "f"], ["c"]), helper.make_node("Or", ["x", "t_2x3"], ["d"]),
+         helper.make_node("Xor", ["c", "d"], ["y"])],
+        [vi("x", [3], B)], [vi("y", [2, 3], B)],
+        [const("t", np.bool_(True)), const("f", np.bool_(False)), const("f_row", np.zeros(3, bool)),
+         const("t_2x3", np.ones((2, 3), bool))])
+    out, report = run(m, feeds={"x": np.array([True, False, True])})
+    assert sorted(ops(out)) == ["And", "Or", "Xor"]  # x And False, and the Or that broadcasts [3] to [2, 3], stay
+    assert report.passes[PASS].stats == {"And": 1, "Or": 1}
+
+
 def test_neutral_arithmetic_that_broadcasts_or_is_not_neutral_is_kept():
     m = model(
         [helper.make_node("Add", ["x", "zeros_2x3"], ["a"]),  # [3] + [2,3] -> [2,3]

@@ -270,3 +270,16 @@ def test_reshape_target_with_two_foreign_dims_is_left_alone():
                 _c("four16", np.array([4, 16], np.int64))])
     out, report, _ = optimize(m, passes=SHAPES)
     assert "Concat" in _ops(out) and not report.passes["fold-shapes"].stats.get("reshape_zeros")
+
+
+def test_a_dim_already_read_off_the_input_is_not_read_again():
+    """dynamo's sym_size: Squeeze(Shape(x, 0, 1)) reads the batch dim straight off the input; the
+    merge rule keeps it rather than adding Shape(x) → Gather (which cost a node per dim)."""
+    m = _model([helper.make_node("Shape", ["x"], ["s0"], start=0, end=1), helper.make_node("Squeeze", ["s0"], ["b"]),
+                helper.make_node("Range", ["zero", "b", "one"], ["r"]),
+                helper.make_node("Concat", ["s0", "minus1"], ["t"], axis=0), helper.make_node("Reshape", ["x", "t"], ["y"])],
+               [_vi("x", ["B", 4, 8])], [_vi("r", ["B"], TensorProto.INT64), _vi("y", ["B", 32])],
+               [_c("zero", np.array(0, np.int64)), _c("one", np.array(1, np.int64)), _c("minus1", np.array([-1], np.int64))])
+    out, _, _ = optimize(m, passes=SHAPES)
+    assert _ops(out).count("Shape") <= 1 and "Gather" not in _ops(out)
+    assert verify(m, out, feeds=_feeds(x=(3, 4, 8))).ok
