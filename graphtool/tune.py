@@ -14,15 +14,18 @@ The search, each stage bounded by its share of ``--budget``:
    model's shapes. A family whose fused kernels all measured faster is not tried "off" (pruned);
    fused ops that measured slower are switched off together in one extra rewrite set, and their
    onnxruntime counterparts (SkipLayerNormalization → SkipLayerNormFusion) are disabled in stage 2.
-1. rewrite sets at onnxruntime's defaults: the original, levels 1 and 2, level 2 with each
-   family off; the best verified few go on.
+1. rewrite sets at onnxruntime's defaults less its fusions whose kernels measured slower (else it
+   re-fuses what a set left unfused): the original, levels 1 and 2, level 2 with each family off;
+   the best verified few go on.
 2. onnxruntime settings on those: levels, and ``disabled_optimizers`` for its fusions that fire on
    the model and that a kernel or a whole-model measurement found slower.
 3. threads (1 and the default, one per core) for the best, with the runners-up.
 
 Every whole-model batch runs the candidates interleaved with the baseline (the original under
 onnxruntime's defaults), so each speed-up is a ratio within one batch, immune to drift between
-batches. "Faster" is a median comparison with a bootstrap confidence over the interleaved rounds.
+batches. "Faster" is a median comparison with a bootstrap confidence over the interleaved rounds,
+and by more than the A/A control shows: a second session of the baseline in every batch, whose gap
+to the first is the session-to-session noise the bootstrap over one batch's rounds cannot see.
 """
 
 from __future__ import annotations
@@ -123,13 +126,16 @@ class OrtSettings:
 class Candidate:
     rewrite: RewriteSet
     ort: OrtSettings
+    replica: int = 0  # 1: the A/A control, a second session of the same model and settings
 
     def label(self) -> str:
-        return f"{self.rewrite.name} | {self.ort.label()}"
+        return f"{self.rewrite.name} | {self.ort.label()}" + (" (A/A control: a 2nd session)" if self.replica else "")
 
 
 class Timer(Protocol):
     """Where measurements come from (graphtool.tune_ort.OrtTimer, or a fake in tests)."""
+
+    wall_per_run: float  # elapsed seconds per run in the last ``time`` call's timed rounds
 
     def kernels(self, threads: int, seconds: float) -> dict[str, tuple[str, list[float], list[float]]]:
         """Fused op type → (shapes, fused samples, unfused samples): one instance of each fused op
@@ -142,6 +148,10 @@ class Timer(Protocol):
 
     def time(self, candidates: Sequence[Candidate], rounds: int) -> dict[Candidate, list[float]]:
         """Seconds per run of each candidate, ``rounds`` rounds, candidates interleaved in each."""
+        ...
+
+    def ops(self, candidate: Candidate) -> set[str]:
+        """The op types onnxruntime runs for ``candidate`` (its model after ORT's own optimizations)."""
         ...
 
 
@@ -256,6 +266,8 @@ class _Search:
         self.start = clock()
         self.threads = threads if threads is not None else 0
         self.baseline = Candidate(RewriteSet("original"), OrtSettings("all", (), self.threads))
+        self.control = replace(self.baseline, replica=1)
+        self.aa_gap: dict[str, float] = {}  # stage → |control / baseline - 1| in its last batch
         self.rows: list[Row] = []
         self.kernels: list[Kernel] = []
         self.findings: list[str] = []
@@ -266,6 +278,8 @@ class _Search:
         self.last_samples: dict[Candidate, list[float]] = {}
         self.ends: dict[str, float] = {}
         self.combos: list[Candidate] = []
+        self.firing: dict[RewriteSet, list[str]] = {}
+        self.slower: set[str] = set()
 
     def stage_end(self, stage: str) -> float:
         """When ``stage`` must stop (fixed the first time it is asked, at the stage's start)."""
@@ -288,13 +302,21 @@ class _Search:
     def measure(self, stage: str, candidates: list[Candidate]) -> list[Row]:
         """Interleaved rounds of ``candidates`` plus the baseline, more rounds until the leader is
         separated from the runner-up (or the stage's time or ``max_rounds`` runs out)."""
-        wanted = [self.baseline] + [c for c in dict.fromkeys(candidates) if c != self.baseline]
+        # The baseline runs in two sessions: the second (the A/A control) shows how far two sessions of
+        # one model and settings differ in this batch — memory placement, run order — which the
+        # bootstrap over rounds cannot see (BERT-base: 1.2% between two identical sessions).
+        wanted = [self.baseline, self.control] + [c for c in dict.fromkeys(candidates)
+                                                  if c not in (self.baseline, self.control)]
         pool = self.fit(stage, wanted) if self.clock() < self.stage_end(stage) else []
         seen = {r.candidate for r in self.rows}
-        if all(c in seen for c in pool):  # only what an earlier batch measured fits: nothing to learn
+        real = pool[2:]
+        if real and all(c in seen for c in real) and len(pool) == len(wanted):
+            self.skipped.append(f"{stage}: nothing new to measure (every candidate was measured in an earlier batch)")
+            return []
+        if all(c in seen for c in real):  # only what an earlier batch measured fits: nothing to learn
             pool = []
-        if len(pool) < 2:
-            self.skipped.append(f"{stage}: {len(wanted) - 1} candidate(s) not measured (budget spent)")
+        if len(pool) < 3:
+            self.skipped.append(f"{stage}: {len(wanted) - 2} candidate(s) not measured (budget spent)")
             return []
         if len(pool) < len(wanted):
             self.skipped.append(f"{stage}: " + "; ".join(c.label() for c in wanted[len(pool):])
@@ -307,12 +329,15 @@ class _Search:
             for cand, got in batch.items():
                 samples[cand].extend(got)
             runs = [x for got in batch.values() for x in got]
-            cost = sum(runs) / len(runs) if runs else 0.0
+            # what a run costs the budget: the samples may be CPU time, which leaves out the time other
+            # processes held the core, so the timer's elapsed time per timed run bounds it from below
+            # (not the batch's: that includes building the rewrite sets and opening their sessions)
+            cost = max(sum(runs) / len(runs), self.timer.wall_per_run) if runs else 0.0
             self.run_cost = cost or self.run_cost
             done = len(samples[self.baseline])
             if done == rounds and cost > 0 and cost * len(pool) * CHEAP_ROUNDS < (self.stage_end(stage) - self.clock()) / 4:
                 required = min(CHEAP_ROUNDS, self.max_rounds)  # cheap runs: more rounds before believing a gap
-            ranked = sorted(pool, key=lambda c: statistics.median(samples[c]))
+            ranked = sorted((c for c in pool if c != self.control), key=lambda c: statistics.median(samples[c]))
             separated = confidence(samples[ranked[0]], samples[ranked[1]]) >= CONFIDENT if len(ranked) > 1 else True
             if (separated and done >= required) or done >= self.max_rounds:
                 break
@@ -324,6 +349,7 @@ class _Search:
                 break
         self.last_samples = samples
         base = samples[self.baseline]
+        self.aa_gap[stage] = abs(statistics.median(samples[self.control]) / statistics.median(base) - 1)
         rows = [Row(c, stage, statistics.median(s), statistics.median(base), spread(s), len(s),
                     confidence(s, base) if c != self.baseline else 0.5)
                 for c, s in samples.items()]
@@ -351,10 +377,11 @@ class _Search:
             if verdict == "slower":
                 ort_name = FUSED_OPS.get(op, ("", (), None))[2]
                 self.findings.append(
-                    f"{op} is {kernel.fused / kernel.unfused:.1f}x slower than the subgraph it replaces at {shapes} "
+                    f"{op} is {kernel.fused / kernel.unfused:.2f}x slower than the subgraph it replaces at {shapes} "
                     f"(confidence {1 - conf:.0%}): tried with graphtool's fusion off"
                     + (f" and onnxruntime's {ort_name} disabled" if ort_name else ""))
         slower = {k.op for k in self.kernels if k.verdict == "slower"}
+        self.slower = slower
         by_family: dict[str, list[Kernel]] = {}
         for k in self.kernels:
             by_family.setdefault(FUSED_OPS.get(k.op, ("",))[0], []).append(k)
@@ -378,8 +405,16 @@ class _Search:
         unique: dict[tuple[int, tuple[str, ...]], RewriteSet] = {}
         for s in sets:
             unique.setdefault((s.level, tuple(sorted(s.skip))), s)
-        rows = self.measure("rewrite sets", [Candidate(s, replace(self.baseline.ort)) for s in unique.values()])
-        ranked = [r.candidate.rewrite for r in rows] or [self.baseline.rewrite]
+        # Rank the rewrite sets under onnxruntime's defaults less its fusions whose kernels measured
+        # slower: else ORT re-fuses what the set left unfused (SkipLayerNormFusion at extended) and
+        # the set that avoids the slow kernel is ranked by that kernel. Stage 2 re-tries them enabled.
+        off = tuple(sorted({FUSED_OPS[op][2] for op in slower if op in FUSED_OPS and FUSED_OPS[op][2]}))
+        ort = replace(self.baseline.ort, disabled=off)
+        if off:
+            self.findings.append("rewrite sets ranked at ORT all with " + ", ".join(off) + " disabled "
+                                 "(its kernel measured slower); stage 2 tries them with it enabled too")
+        rows = self.measure("rewrite sets", [Candidate(s, ort) for s in unique.values()])
+        ranked = list(dict.fromkeys(r.candidate.rewrite for r in rows)) or [self.baseline.rewrite]
         kept: list[RewriteSet] = []
         for rewrite in ranked:
             if len(kept) >= KEEP_REWRITE_SETS:
@@ -405,6 +440,7 @@ class _Search:
         for rewrite in kept:
             self.progress(f"onnxruntime fusions on {rewrite.name}")
             firing = self.timer.ort_fusions(rewrite)
+            self.firing[rewrite] = firing
             t = self.threads
             off = tuple(sorted(slower_ort & set(firing)))
             candidates.append(Candidate(rewrite, OrtSettings("all", (), t)))
@@ -446,30 +482,68 @@ class _Search:
         """The verified candidates with the best speed-up, one row each (their latest batch)."""
         latest: dict[Candidate, Row] = {}
         for row in self.rows:
-            if row.status == "measured" and row.candidate.rewrite in self.verified:
+            if row.status == "measured" and row.candidate.rewrite in self.verified and row.candidate != self.control:
                 latest[row.candidate] = row
         return sorted(latest.values(), key=lambda r: -r.speedup)[:count]
 
     def result(self) -> TuneResult:
         final_stage = self.rows[-1].stage if self.rows else None
         final = [r for r in self.rows if r.stage == final_stage and r.status == "measured"
-                 and r.candidate.rewrite in self.verified]
+                 and r.candidate.rewrite in self.verified and r.candidate != self.control]
         pick = sorted(final, key=lambda r: r.median)  # the last batch decides: everything in it ran together
         if not pick:
             return TuneResult(self.baseline, self.baseline, 1.0, 0.5, None, self.rows, self.kernels,
                               self.findings, self.skipped, self.failed, self.clock() - self.start)
         win = pick[0]
-        if win.candidate != self.baseline and win.confidence < CONFIDENT:
+        gap = self.aa_gap.get(final_stage or "", 0.0)
+        if gap:
+            self.findings.append(f"A/A control: two sessions of the original under ORT's defaults differed by "
+                                 f"{gap:.1%} in the final batch; a win must be larger")
+        if win.candidate != self.baseline and (win.confidence < CONFIDENT or win.speedup - 1 <= gap):
             base = [r for r in pick if r.candidate == self.baseline]
             if base:  # never trade the original for a guess: a win inside the noise is not one
+                why = f"at {win.confidence:.0%}" if win.confidence < CONFIDENT else \
+                    f"inside the {gap:.1%} two sessions of the original differ by"
                 self.findings.append(f"no candidate was confidently faster than the original "
-                                     f"({win.candidate.label()}: {win.speedup:.2f}x at {win.confidence:.0%}); keeping it")
+                                     f"({win.candidate.label()}: {win.speedup:.3f}x, {why}); keeping it")
                 win, pick = base[0], base + [r for r in pick if r is not base[0]]
         runner_conf = self._pair_confidence(pick) if len(pick) > 1 else None
+        self._avoided(win.candidate)
         if win.candidate.ort.disabled:
             self.findings.append("onnxruntime fusions disabled in the winner: " + ", ".join(win.candidate.ort.disabled))
         return TuneResult(win.candidate, self.baseline, win.speedup, win.confidence, runner_conf, self.rows,
                           self.kernels, self.findings, self.skipped, self.failed, self.clock() - self.start)
+
+    def _avoided(self, winner: Candidate) -> None:
+        """Say, for each fused kernel measured slower, whether the winner still runs it and why not."""
+        if not self.slower:
+            return
+        try:
+            ran = self.timer.ops(winner)
+        except Exception as err:  # noqa: BLE001 - the report says it could not check, the result stands
+            self.findings.append(f"could not list the winner's ops after onnxruntime's optimizations ({type(err).__name__})")
+            return
+        for op in sorted(self.slower):
+            _family, passes, ort_name = FUSED_OPS.get(op, ("", (), None))
+            if op in ran:
+                self.findings.append(f"the winner still runs {op} (its kernel measured slower; as a whole the "
+                                     "model measured fastest with it)")
+                continue
+            if winner.rewrite.level == 0:
+                ours = "the original, no graphtool rewrite"
+            elif any(p in winner.rewrite.skip for p in passes):
+                ours = "graphtool's " + ", ".join(p for p in passes if p in winner.rewrite.skip) + " off"
+            else:
+                ours = f"graphtool's level-{winner.rewrite.level} rewrite does not make it here"
+            if ort_name is None:
+                theirs = ""
+            elif ort_name in winner.ort.disabled:
+                theirs = f"; onnxruntime's {ort_name} disabled"
+            elif winner.ort.level in ("off", "basic"):
+                theirs = f"; ORT {winner.ort.level} does not run {ort_name}"
+            else:
+                theirs = f"; onnxruntime's {ort_name} does not fire on it"
+            self.findings.append(f"the winner runs no {op} (measured slower): {ours}{theirs}")
 
     def _pair_confidence(self, pick: list[Row]) -> float:
         """Confidence that the winner beats the runner-up, from their batch's samples."""

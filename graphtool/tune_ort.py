@@ -36,6 +36,12 @@ SPIN_PAUSE = 0.005
 KERNEL_MIN_ROUNDS, KERNEL_MAX_ROUNDS = 10, 300
 
 
+def clock_for(threads: Sequence[int]) -> tuple[str, Callable[[], float]]:
+    """The clock for a batch whose candidates run on ``threads`` intra-op threads (0: one per core)."""
+    return ("CPU time", time.process_time) if threads and all(t == 1 for t in threads) else \
+        ("wall time", time.perf_counter)
+
+
 def _op_counts(proto: onnx.ModelProto) -> Counter:
     return Counter(n.op_type for n in proto.graph.node)
 
@@ -51,6 +57,8 @@ class OrtTimer:
         self.provenance: dict[RewriteSet, dict[str, list[str]]] = {}
         self.sessions: dict[Candidate, Any] = {}
         self.notes: list[str] = []
+        self.clocks: set[str] = set()  # the clocks the batches were timed with
+        self.wall_per_run = 0.0
         self.known_passes = set(load_builtin_and_plugins())
 
     # ------------------------------------------------------------------------------ rewrite sets
@@ -91,14 +99,18 @@ class OrtTimer:
         runs = [(c, *self._session(c)) for c in candidates]
         samples: dict[Candidate, list[float]] = {c: [] for c in candidates}
         pause = SPIN_PAUSE if any(c.ort.threads != 1 for c in candidates) else 0.0
+        name, clock = clock_for([c.ort.threads for c in candidates])
+        self.clocks.add(name)
+        started = time.perf_counter()
         for r in range(rounds):
             order = runs[r % len(runs):] + runs[:r % len(runs)]  # rotate: no candidate always runs first
             for cand, sess, feeds in order:
                 if pause:
                     time.sleep(pause)
-                start = time.perf_counter()
+                start = clock()
                 sess.run(None, feeds)
-                samples[cand].append(time.perf_counter() - start)
+                samples[cand].append(clock() - start)
+        self.wall_per_run = (time.perf_counter() - started) / max(1, rounds * len(runs))
         return samples
 
     def close(self) -> None:
@@ -133,6 +145,14 @@ class OrtTimer:
             self.notes.append(f"{rewrite.name}: could not inspect onnxruntime's fusions ({type(err).__name__})")
             return []
         return firing
+
+    def ops(self, candidate: Candidate) -> set[str]:
+        """The op types onnxruntime runs for ``candidate``: its model as ORT optimized it at the
+        candidate's level with its disabled fusions (ORT saves the optimized graph)."""
+        out = os.path.join(self.workdir, "ort_ops.onnx")
+        tuned_session(self.path(candidate.rewrite), candidate.ort.level, tuple(candidate.ort.optimizer_names()), 1,
+                      optimized_path=out)
+        return set(_op_counts(onnx.load(out, load_external_data=False)))
 
     # ------------------------------------------------------------------------------- kernels
 
@@ -169,7 +189,7 @@ class OrtTimer:
                 self.notes.append(f"kernel {op}: not measured ({type(err).__name__})")
                 continue
             shapes = " ".join("x".join(map(str, v.shape)) for v in a[1].values() if v.ndim)
-            results[op] = (f"[{shapes}]", *_interleave(a, b, share))
+            results[op] = (f"[{shapes}]", *_interleave(a, b, share, clock_for([threads])[1]))
         return results
 
 
@@ -245,8 +265,10 @@ def _micro_session(proto: onnx.ModelProto, sub: dict[str, Any], values: dict[str
     return sess, feeds
 
 
-def _interleave(a: tuple[Any, dict], b: tuple[Any, dict], seconds: float) -> tuple[list[float], list[float]]:
-    """Alternate runs of the two sessions until ``seconds`` (at least KERNEL_MIN_ROUNDS rounds)."""
+def _interleave(a: tuple[Any, dict], b: tuple[Any, dict], seconds: float,
+                clock: Callable[[], float] = time.perf_counter) -> tuple[list[float], list[float]]:
+    """Alternate runs of the two sessions until ``seconds`` of wall time (at least KERNEL_MIN_ROUNDS
+    rounds), each run timed with ``clock``."""
     times: tuple[list[float], list[float]] = ([], [])
     end = time.perf_counter() + seconds
     for r in range(KERNEL_MAX_ROUNDS):
@@ -254,9 +276,9 @@ def _interleave(a: tuple[Any, dict], b: tuple[Any, dict], seconds: float) -> tup
             break
         for index in ((0, 1) if r % 2 == 0 else (1, 0)):
             sess, feeds = (a, b)[index]
-            start = time.perf_counter()
+            start = clock()
             sess.run(None, feeds)
-            times[index].append(time.perf_counter() - start)
+            times[index].append(clock() - start)
     return times
 
 
@@ -338,6 +360,10 @@ def tune_file(model_path: str, output: str, original: Model | None = None, targe
                       cores=os.cpu_count() or 1, progress=progress)
         timer.close()
         result.findings += timer.notes
+        if timer.clocks:
+            result.findings.append("timed with " + " and ".join(sorted(timer.clocks)) + " around session.run"
+                                   + (" (CPU time where every candidate of a batch runs on one thread: other "
+                                      "processes' load stays out of it)" if "CPU time" in timer.clocks else ""))
         if result.winner.rewrite.level == 0:
             verification = "the original (no rewrite)"
         else:

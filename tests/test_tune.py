@@ -28,10 +28,15 @@ class FakeTimer:
     """Latency from a formula, a little deterministic jitter, and a clock that each run advances."""
 
     def __init__(self, clock: FakeClock, latency: Callable[[Candidate], float], run_cost: float = 0.001,
-                 kernels: dict | None = None, fusions: Sequence[str] = ()) -> None:
+                 kernels: dict | None = None, fusions: Sequence[str] = (),
+                 ops: Callable[[Candidate], set[str]] = lambda _c: set()) -> None:
         self.clock, self.latency, self.run_cost = clock, latency, run_cost
-        self._kernels, self._fusions = kernels or {}, list(fusions)
+        self._kernels, self._fusions, self._ops = kernels or {}, list(fusions), ops
         self.timed: list[Candidate] = []
+        self.wall_per_run = 0.0
+
+    def ops(self, candidate: Candidate) -> set[str]:
+        return self._ops(candidate)
 
     def kernels(self, threads: int, seconds: float) -> dict:
         self.clock.now += 0.1
@@ -48,6 +53,8 @@ class FakeTimer:
                 out[cand].append(self.latency(cand) * jitter)
                 self.clock.now += self.latency(cand) * jitter + self.run_cost
                 self.timed.append(cand)
+        runs = rounds * len(candidates)
+        self.wall_per_run = sum(self.latency(c) + self.run_cost for c in candidates) / len(candidates) if runs else 0.0
         return out
 
 
@@ -109,7 +116,7 @@ def test_slower_fused_kernel_is_pruned() -> None:
     assert "SkipLayerNormFusion" in result.winner.ort.disabled
     verdicts = {k.op: k.verdict for k in result.kernels}
     assert verdicts == {"SkipLayerNormalization": "slower", "Attention": "faster"}
-    assert any("SkipLayerNormalization is 4.4x slower" in f for f in result.findings)
+    assert any("SkipLayerNormalization is 4.40x slower" in f for f in result.findings)
     assert not any("attention off" in c.rewrite.name for c in timer.timed)
     assert any("attention off: pruned" in s for s in result.skipped)
 
@@ -218,3 +225,124 @@ def test_a_win_inside_the_noise_keeps_the_original() -> None:
     result = tune(NoisyTimer(clock, latency), _always_ok, clock, budget=1000, cores=1)
     assert result.winner == result.baseline
     assert any("keeping it" in f for f in result.findings)
+
+
+def _runs_skip_layer_norm(c: Candidate) -> bool:
+    """The fake model runs the slow kernel when graphtool's level 2 made it, or when ORT's
+    SkipLayerNormFusion re-fuses a rewritten model that still has LayerNormalization ops."""
+    made = c.rewrite.level == 2 and "ort-skip-layer-norm" not in c.rewrite.skip
+    refused = c.rewrite.level >= 1 and "fuse-layer-norm" not in c.rewrite.skip \
+        and c.ort.level in ("all", "extended") and "SkipLayerNormFusion" not in c.ort.disabled
+    return made or refused
+
+
+def test_rewrite_sets_are_ranked_with_the_slow_ort_fusion_off() -> None:
+    """ORT re-fuses SkipLayerNormalization in every rewritten model at its defaults: ranked there,
+    the set that leaves it out looks as slow as level 2 and is dropped before stage 2 could switch
+    ORT's fusion off. Ranked with SkipLayerNormFusion disabled (its kernel measured slower), it wins,
+    and the report says the winner runs no SkipLayerNormalization and why."""
+    clock = FakeClock()
+
+    def latency(c: Candidate) -> float:
+        if c.rewrite.level == 0:
+            ms = 10.0
+        elif "fuse-layer-norm" in c.rewrite.skip:
+            ms = 9.8  # no LayerNorm fusion at all: nothing for ORT to re-fuse, but slower norms
+        else:
+            ms = {1: 9.4, 2: 9.0}[c.rewrite.level]
+        return (ms + (1.5 if _runs_skip_layer_norm(c) else 0.0)) / 1000
+
+    def ops(c: Candidate) -> set[str]:
+        return {"MatMul", "LayerNormalization"} | ({"SkipLayerNormalization"} if _runs_skip_layer_norm(c) else set())
+
+    kernels = {"SkipLayerNormalization": _kernel(5.6e-4, 1e-4)}
+    timer = FakeTimer(clock, latency, kernels=kernels, fusions=["SkipLayerNormFusion"], ops=ops)
+    result = tune(timer, _always_ok, clock, budget=1000, threads=1, cores=2)
+    assert result.winner.rewrite.skip == ("ort-skip-layer-norm",)
+    assert "SkipLayerNormFusion" in result.winner.ort.disabled
+    assert result.speedup == pytest.approx(10 / 9.0, rel=0.02)
+    first = [r for r in result.rows if r.stage == "rewrite sets" and r.candidate.rewrite != result.baseline.rewrite]
+    assert first and all(r.candidate.ort.disabled == ("SkipLayerNormFusion",) for r in first)
+    assert any("the winner runs no SkipLayerNormalization (measured slower): graphtool's ort-skip-layer-norm off; "
+               "onnxruntime's SkipLayerNormFusion disabled" in f for f in result.findings)
+
+
+def test_a_winner_that_keeps_a_slow_kernel_says_so() -> None:
+    """The micro-benchmark is a hint, the whole model decides: when the model that still runs the
+    slower kernel is fastest as a whole, it wins and the report says it still runs it."""
+    clock = FakeClock()
+
+    def latency(c: Candidate) -> float:
+        return {0: 10.0, 1: 9.5, 2: 8.0}[c.rewrite.level] / 1000 + (0.5e-3 if "ort-skip-layer-norm" in c.rewrite.skip else 0)
+
+    kernels = {"SkipLayerNormalization": _kernel(5.6e-4, 1e-4)}
+    timer = FakeTimer(clock, latency, kernels=kernels, ops=lambda c: {"SkipLayerNormalization"} if c.rewrite.level == 2
+                      and "ort-skip-layer-norm" not in c.rewrite.skip else set())
+    result = tune(timer, _always_ok, clock, budget=1000, threads=1, cores=1)
+    assert result.winner.rewrite == RewriteSet("level 2", 2)
+    assert any("the winner still runs SkipLayerNormalization" in f for f in result.findings)
+
+
+def test_one_thread_batches_are_timed_in_cpu_time() -> None:
+    """CPU time leaves other processes' load out, but adds up a multi-threaded run's threads."""
+    import time
+
+    from graphtool.tune_ort import clock_for
+
+    assert clock_for([1, 1]) == ("CPU time", time.process_time)
+    assert clock_for([1, 0]) == ("wall time", time.perf_counter)
+    assert clock_for([2]) == ("wall time", time.perf_counter)
+
+
+def test_budget_counts_the_wall_time_cpu_samples_leave_out() -> None:
+    """On a shared core CPU time is a fraction of the elapsed time: the plan goes by the elapsed."""
+
+    class CpuTimer(FakeTimer):
+        def time(self, candidates, rounds):
+            return {c: [v * 0.4 for v in vs] for c, vs in super().time(candidates, rounds).items()}
+
+    for budget in (60, 120, 300):  # planned by the CPU samples alone, 120 s ran to 123 s
+        clock = FakeClock()
+        timer = CpuTimer(clock, lambda c: 2.0 / (1 + c.rewrite.level), run_cost=0.0)
+        result = tune(timer, _always_ok, clock, budget=budget, cores=4, min_rounds=5)
+        assert clock.now <= budget
+        assert result.winner.rewrite.level == 2
+
+
+def test_stage_two_explores_two_different_rewrite_sets() -> None:
+    """The original is measured twice in stage 1 (ORT's defaults, and with the slow fusion off):
+    it still takes one of the two places stage 2 explores, not both."""
+    clock = FakeClock()
+    timer = FakeTimer(clock, lambda c: ({0: 9.0, 1: 9.5, 2: 10.0}[c.rewrite.level]
+                                        - (0.5 if c.ort.disabled else 0)) / 1000,
+                      kernels={"SkipLayerNormalization": _kernel(5.6e-4, 1e-4)}, fusions=["SkipLayerNormFusion"])
+    result = tune(timer, _always_ok, clock, budget=1000, threads=1, cores=1)
+    explored = {r.candidate.rewrite.name for r in result.rows if r.stage == "onnxruntime settings"}
+    assert len(explored) == 2 and "original" in explored
+
+
+def test_a_win_inside_the_a_a_gap_keeps_the_original() -> None:
+    """Two sessions of the original differ by 2% (memory placement, run order); a candidate 1%
+    faster with a tight bootstrap is still no win: the report says so and keeps the original."""
+    clock = FakeClock()
+
+    def latency(c: Candidate) -> float:
+        if c.replica:
+            return 10.2e-3
+        return (10.0 - 0.1 * (c.rewrite.level == 1)) / 1000  # level 1: 1% faster
+
+    result = tune(FakeTimer(clock, latency), _always_ok, clock, budget=1000, threads=1, cores=1)
+    assert result.winner == result.baseline
+    assert any("A/A control" in f and "2.0%" in f for f in result.findings)
+    assert any("inside the 2.0% two sessions of the original differ by" in f for f in result.findings)
+    assert any(r.candidate.replica for r in result.rows)  # the control is measured and shown
+
+
+def test_a_win_beyond_the_a_a_gap_stands() -> None:
+    clock = FakeClock()
+
+    def latency(c: Candidate) -> float:
+        return (10.05 if c.replica else 10.0 - 0.5 * (c.rewrite.level == 1)) / 1000
+
+    result = tune(FakeTimer(clock, latency), _always_ok, clock, budget=1000, threads=1, cores=1)
+    assert result.winner.rewrite.level == 1

@@ -1,0 +1,329 @@
+"""Issue 17's "Must show": ``graphtool tune``'s result against the original and two optimizers, per row.
+
+    /work/torchenv/bin/python bench/export_tune_models.py            # once: the models, ~/.cache/graphtool/tune_models
+    python bench/tune_table.py MODEL --batch B --threads T [--budget 180]   # one row
+    python bench/tune_table.py --all [--budget 180]                  # every row not yet in the results file
+
+A row is one model × batch × intra-op threads. It runs ``graphtool tune MODEL -o OUT --threads T
+--budget S --inputs NAME.bB.inputs.npz`` in a child process (the report goes to DIR/logs/), then, in
+this process, opens in one interleaved run (same threads, every session alive at once, the order
+rotated each round, a 5 ms pause before each run of a multi-threaded session so the previous pool's
+spinning threads park):
+
+* the tuned model with ``graphtool.runtime.session_for(OUT)`` (the settings tune saved, reopened in a
+  fresh process: issue 17's point 3);
+* the original under onnxruntime basic / extended / all, and at all once more in a second session
+  ("orig all again", the A/A control: two sessions of one model and settings differ by the noise
+  floor the bootstrap of one batch cannot see — memory placement, which session ran after which);
+* onnxscript's ``optimize_for_ort`` output under each level;
+* onnxruntime's transformers optimizer (``optimize_model``, its default opt_level; model_type bert or
+  gpt2, 12 heads, hidden 768) under each level — "n/a" for the CNNs. Its default opt_level 1 imports
+  torch, so the two peers are made once per model by ``--make-peers`` under ``--peer-python``
+  (default /work/torchenv/bin/python when it exists) and cached in DIR/peers/.
+
+Each output is compared with the original's (max abs diff) before timing. Rounds continue (at least
+``--min-rounds``) until the tuned model and the fastest other cell are separated by the paired
+bootstrap of graphtool.tune.confidence (95%), or ``--max-rounds`` / ``--seconds`` run out. The cell is
+the median of ``time.process_time`` (CPU time) around ``session.run`` at one thread, and of
+``time.perf_counter`` (wall) at more: a multi-threaded run's CPU time adds up its threads (and their
+spinning), which is not its latency. Both are kept in the results file (JSON lines, one per row),
+and the row prints as markdown. The verdict: "fastest", "within noise" (no other cell is faster with
+95% confidence, or it is faster by less than the A/A control's gap) or "MISS"; and whether the
+tuned model is ≥ the original at ORT's defaults (all), by the same rule.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+DEFAULT_DIR = Path(os.path.expanduser("~/.cache/graphtool/tune_models"))
+LEVELS = ("basic", "extended", "all")
+# model key → (ORT transformers model_type or None, heads, hidden)
+MODELS: dict[str, tuple[str | None, int, int]] = {
+    "bert_base_ts": ("bert", 12, 768), "bert_base_dynamo": ("bert", 12, 768),
+    "resnet50": (None, 0, 0), "mobilenetv2": (None, 0, 0), "gpt2": ("gpt2", 12, 768),
+}
+ROWS = [(m, b, t) for m, batches in (("bert_base_ts", (1, 2)), ("bert_base_dynamo", (1, 2)), ("resnet50", (1,)),
+                                     ("mobilenetv2", (1,)), ("gpt2", (1,)))
+        for b in batches for t in (1, 2)]
+SPIN_PAUSE = 0.005
+HEADER = ("| model | batch | thr | metric | tuned | orig basic | orig extended | orig all | onnxscript basic "
+          "| onnxscript extended | onnxscript all | ORT-T basic | ORT-T extended | ORT-T all | tuned vs fastest other "
+          "| vs orig all | A/A gap | verdict | tuned choice |\n" + "|---" * 19 + "|")
+
+
+def row_key(model: str, batch: int, threads: int) -> str:
+    return f"{model}.b{batch}.t{threads}"
+
+
+# ------------------------------------------------------------------------------------ peers
+
+
+def peer_paths(model: str, root: Path) -> dict[str, str | None]:
+    """onnxscript's and ORT's transformers optimizer's outputs (made once per model, cached)."""
+    src = str(root / f"{model}.onnx")
+    peers = root / "peers"
+    peers.mkdir(exist_ok=True)
+    out: dict[str, str | None] = {}
+    path = peers / f"{model}.onnxscript.onnx"
+    if not path.exists():
+        import onnx_ir as ir
+        from onnxscript.rewriter.ort_fusions import optimize_for_ort
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logging.disable(logging.WARNING)
+            m = ir.load(src)
+            optimize_for_ort(m)
+            ir.save(m, str(path), external_data=path.name + ".data")
+            logging.disable(logging.NOTSET)
+    out["onnxscript"] = str(path)
+    model_type, heads, hidden = MODELS[model]
+    if model_type is None:
+        out["ORT-T"] = None
+    else:
+        path = peers / f"{model}.ortT.onnx"
+        if not path.exists():
+            from onnxruntime.transformers.optimizer import optimize_model
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                logging.disable(logging.WARNING)
+                om = optimize_model(src, model_type=model_type, num_heads=heads, hidden_size=hidden)
+                om.save_model_to_file(str(path), use_external_data_format=True)
+                logging.disable(logging.NOTSET)
+        out["ORT-T"] = str(path)
+    return out
+
+
+# ------------------------------------------------------------------------------------ tune
+
+
+def ensure_peers(model: str, root: Path, peer_python: str) -> dict[str, str | None]:
+    peers = root / "peers"
+    wanted = [peers / f"{model}.onnxscript.onnx"] + ([peers / f"{model}.ortT.onnx"] if MODELS[model][0] else [])
+    if not all(p.exists() for p in wanted):
+        subprocess.run([peer_python, __file__, model, "--make-peers", "--dir", str(root)], check=True)
+    return peer_paths(model, root)
+
+
+def run_tune(model: str, batch: int, threads: int, root: Path, budget: float) -> tuple[str, dict]:
+    """``graphtool tune`` in a child process, as a user runs it; the report is kept in DIR/logs/."""
+    tuned = root / "tuned"
+    logs = root / "logs"
+    tuned.mkdir(exist_ok=True)
+    logs.mkdir(exist_ok=True)
+    key = row_key(model, batch, threads)
+    out = tuned / f"{key}.onnx"
+    cmd = [sys.executable, "-m", "graphtool", "tune", str(root / f"{model}.onnx"), "-o", str(out),
+           "--threads", str(threads), "--budget", str(budget), "--inputs", str(root / f"{model}.b{batch}.inputs.npz")]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(HERE.parent))
+    (logs / f"{key}.txt").write_text(f"$ {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
+    if proc.returncode != 0:
+        raise SystemExit(f"tune failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
+    settings = json.loads(Path(str(out) + ".session.json").read_text())
+    settings["tune_seconds"] = round(time.perf_counter() - start, 1)
+    return str(out), settings
+
+
+# ------------------------------------------------------------------------------------ timing
+
+
+def measure(cells: dict[str, object], feeds: dict[str, np.ndarray], threads: int, min_rounds: int,
+            max_rounds: int, seconds: float) -> dict:
+    """Interleaved rounds over every cell's session; returns samples, max abs diffs and rounds."""
+    from graphtool.tune import confidence
+
+    sessions = {}
+    outputs = {}
+    for label, sess in cells.items():
+        names = {i.name for i in sess.get_inputs()}
+        f = {k: v for k, v in feeds.items() if k in names}
+        for _ in range(2):
+            outputs[label] = sess.run(None, f)
+        sessions[label] = (sess, f)
+    ref = outputs["orig all"][0]
+    diffs = {k: float(np.max(np.abs(np.asarray(v[0], np.float64) - ref))) for k, v in outputs.items()}
+    wall: dict[str, list[float]] = {k: [] for k in sessions}
+    cpu: dict[str, list[float]] = {k: [] for k in sessions}
+    labels = list(sessions)
+    pause = SPIN_PAUSE if threads != 1 else 0.0
+    metric = cpu if threads == 1 else wall
+    end = time.perf_counter() + seconds
+    rounds = 0
+    while rounds < max_rounds:
+        order = labels[rounds % len(labels):] + labels[:rounds % len(labels)]
+        for label in order:
+            sess, f = sessions[label]
+            if pause:
+                time.sleep(pause)
+            w, c = time.perf_counter(), time.process_time()
+            sess.run(None, f)
+            cpu[label].append(time.process_time() - c)
+            wall[label].append(time.perf_counter() - w)
+        rounds += 1
+        if rounds >= min_rounds:
+            others = sorted((k for k in labels if k not in ("tuned", "orig all again")),
+                            key=lambda k: statistics.median(metric[k]))
+            conf = confidence(metric["tuned"], metric[others[0]])
+            if conf >= 0.95 or conf <= 0.05 or time.perf_counter() > end:
+                break
+    return {"wall": wall, "cpu": cpu, "diffs": diffs, "rounds": rounds}
+
+
+def run_row(model: str, batch: int, threads: int, root: Path, budget: float, min_rounds: int, max_rounds: int,
+            seconds: float, peer_python: str) -> dict:
+    from graphtool.runtime import session_for, tuned_session
+    from graphtool.tune import confidence
+
+    peers = ensure_peers(model, root, peer_python)
+    tuned_path, settings = run_tune(model, batch, threads, root, budget)
+    feeds = dict(np.load(root / f"{model}.b{batch}.inputs.npz"))
+    src = str(root / f"{model}.onnx")
+    cells: dict[str, object] = {"tuned": session_for(tuned_path)}
+    for level in LEVELS:
+        cells[f"orig {level}"] = tuned_session(src, level, (), threads)
+    cells["orig all again"] = tuned_session(src, "all", (), threads)
+    for peer, path in peers.items():
+        if path is not None:
+            for level in LEVELS:
+                cells[f"{peer} {level}"] = tuned_session(path, level, (), threads)
+    got = measure(cells, feeds, threads, min_rounds, max_rounds, seconds)
+    del cells
+    gc.collect()
+    metric_name = "cpu" if threads == 1 else "wall"
+    metric = got[metric_name]
+    medians = {k: statistics.median(v) * 1000 for k, v in metric.items()}
+    others = sorted((k for k in medians if k not in ("tuned", "orig all again")), key=medians.__getitem__)
+    best = others[0]
+    conf_best = confidence(metric["tuned"], metric[best])  # that tuned beats the fastest other
+    conf_orig = confidence(metric["tuned"], metric["orig all"])
+    floor = abs(medians["orig all again"] / medians["orig all"] - 1)  # A/A: same model, same settings
+
+    def holds(other: str, conf: float) -> str:
+        if medians["tuned"] <= medians[other]:
+            return "fastest"
+        if conf > 0.05:
+            return "within noise"
+        return "within A/A" if medians["tuned"] / medians[other] - 1 <= floor else "MISS"
+
+    verdict = holds(best, conf_best)
+    not_slower = holds("orig all", conf_orig) != "MISS"
+    return {"key": row_key(model, batch, threads), "model": model, "batch": batch, "threads": threads,
+            "metric": metric_name, "rounds": got["rounds"],
+            "median_ms": {k: round(v, 2) for k, v in medians.items()},
+            "wall_ms": {k: round(statistics.median(v) * 1000, 2) for k, v in got["wall"].items()},
+            "cpu_ms": {k: round(statistics.median(v) * 1000, 2) for k, v in got["cpu"].items()},
+            "max_abs_diff": {k: float(f"{v:.2e}") for k, v in got["diffs"].items()},
+            "fastest_other": best, "tuned_vs_fastest_other": round(medians[best] / medians["tuned"], 4),
+            "confidence_tuned_beats_fastest_other": round(conf_best, 3),
+            "speedup_vs_orig_all": round(medians["orig all"] / medians["tuned"], 4),
+            "confidence_tuned_beats_orig_all": round(conf_orig, 3), "aa_gap": round(floor, 4), "verdict": verdict,
+            "not_slower_than_orig_all": not_slower, "tune": settings,
+            "date": time.strftime("%Y-%m-%d")}
+
+
+def markdown(row: dict) -> str:
+    m = row["median_ms"]
+
+    def cell(key: str) -> str:
+        if key not in m:
+            return "n/a"
+        text = f"{m[key]:.1f}" if m[key] >= 10 else f"{m[key]:.2f}"
+        return f"**{text}**" if key == row["fastest_other"] or (key == "tuned" and row["verdict"] == "fastest") else text
+
+    s = row["tune"]
+    choice = s["rewrite"]["name"] + f", ORT {s['graph_optimization_level']}"
+    off = sorted({n.replace("FusionL1", "Fusion").replace("FusionL2", "Fusion") for n in s["disabled_optimizers"]})
+    off = [n for n in off if n != "BiasSkipLayerNormFusion" or "SkipLayerNormFusion" not in off]
+    if off:
+        choice += " −" + ", −".join(off)
+    keys = ["tuned"] + [f"{p} {lv}" for p in ("orig", "onnxscript", "ORT-T") for lv in LEVELS]
+    vs = f"{row['tuned_vs_fastest_other']:.3f}× vs {row['fastest_other']} ({row['confidence_tuned_beats_fastest_other']:.0%})"
+    orig = f"{row['speedup_vs_orig_all']:.3f}× ({row['confidence_tuned_beats_orig_all']:.0%})"
+    return (f"| {row['model']} | {row['batch']} | {row['threads']} | {row['metric']} | "
+            + " | ".join(cell(k) for k in keys) + f" | {vs} | {orig} | {row['aa_gap']:.1%} | {row['verdict']}"
+            + ("" if row["not_slower_than_orig_all"] else ", SLOWER than orig all") + f" | {choice} |")
+
+
+def done_rows(results: Path) -> dict[str, dict]:
+    if not results.exists():
+        return {}
+    rows = {}
+    for line in results.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            rows[row["key"]] = row
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", nargs="?", choices=sorted(MODELS))
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--all", action="store_true", help="every row not yet in the results file, each in a child process")
+    ap.add_argument("--redo", action="store_true", help="with --all: rows already measured too")
+    ap.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    ap.add_argument("--results", type=Path, default=None, help="JSON lines (default DIR/tune_table.jsonl)")
+    ap.add_argument("--budget", type=float, default=200.0, help="graphtool tune --budget, seconds")
+    ap.add_argument("--cnn-budget", type=float, default=90.0, help="with --all: --budget for the CNN rows")
+    ap.add_argument("--min-rounds", type=int, default=15)
+    ap.add_argument("--max-rounds", type=int, default=60)
+    ap.add_argument("--seconds", type=float, default=150.0, help="timing time after --min-rounds")
+    ap.add_argument("--table", action="store_true", help="only print the table of the rows measured so far")
+    ap.add_argument("--make-peers", action="store_true", help="only make MODEL's two peer outputs (needs torch)")
+    ap.add_argument("--peer-python", default="/work/torchenv/bin/python" if os.path.exists("/work/torchenv/bin/python")
+                    else sys.executable)
+    ns = ap.parse_args()
+    results = ns.results or ns.dir / "tune_table.jsonl"
+    if ns.table or ns.all:
+        if ns.all:
+            have = done_rows(results)
+            for model, batch, threads in ROWS:
+                if row_key(model, batch, threads) in have and not ns.redo:
+                    continue
+                budget = ns.budget if MODELS[model][0] else ns.cnn_budget
+                cmd = [sys.executable, __file__, model, "--batch", str(batch), "--threads", str(threads),
+                       "--dir", str(ns.dir), "--results", str(results), "--budget", str(budget),
+                       "--min-rounds", str(ns.min_rounds), "--max-rounds", str(ns.max_rounds),
+                       "--seconds", str(ns.seconds), "--peer-python", ns.peer_python]
+                print(f"# {' '.join(cmd[1:])}", flush=True)
+                subprocess.run(cmd, check=False)
+        have = done_rows(results)
+        print(HEADER)
+        for model, batch, threads in ROWS:
+            if row_key(model, batch, threads) in have:
+                print(markdown(have[row_key(model, batch, threads)]))
+        return
+    if ns.model is None:
+        ap.error("give MODEL (with --batch/--threads), --all or --table")
+    if ns.make_peers:
+        peer_paths(ns.model, ns.dir)
+        return
+    row = run_row(ns.model, ns.batch, ns.threads, ns.dir, ns.budget, ns.min_rounds, ns.max_rounds, ns.seconds,
+                  ns.peer_python)
+    with open(results, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(row) + "\n")
+    print(HEADER)
+    print(markdown(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
