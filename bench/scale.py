@@ -15,6 +15,21 @@ the largest size costs at most 2.3x the smallest for 2x the nodes.
     python bench/scale.py                      # 100k and 200k nodes
     python bench/scale.py --sizes 20000,40000  # quick look
     python bench/scale.py --level 2 --target ort --repo /tmp/old-d41   # another checkout's code
+    python bench/scale.py --phases             # also: where optimize's time goes, pass by pass
+
+Issue 19 (cost per node, a million nodes): ``--steps`` times the commands' steps one by one, each
+in a fresh process (seconds and that process's peak RSS), on ``--model chain`` (the Relu chain of
+``tests/bad_inputs``, a million nodes in 25 MB) or ``blocks`` (``big_graph``), and ``--against``
+runs every step with another checkout too, interleaved, for a before/after table:
+
+    git worktree add /tmp/gt-before HEAD
+    python bench/scale.py --model chain --sizes 100000,1000000 \
+        --steps load,inspect,optimize,diffself,save --against /tmp/gt-before
+
+Steps: ``load`` (io.load), ``inspect`` (load + what ``graphtool inspect`` computes: the report and
+the check summary), ``optimize`` (load + optimize --level N, no verification), ``diffself`` (load +
+diff(model, model)), ``save`` (load + io.save). Time is the step's own; RSS is the process peak,
+load included.
 
 ``--repo PATH`` runs every graphtool step with the code of the checkout at PATH (a git worktree of
 an older commit, say), on the same generated files: the child gets ``PYTHONPATH=PATH`` and
@@ -67,10 +82,65 @@ class RepoPasses:
                                                       submodule_search_locations=[self.dir])
 
 
+STEP_NAMES = {"load": "load", "inspect": "inspect", "optimize": "optimize --level {level}",
+              "diffself": "diff(model, model)", "save": "save"}
+
+
+def step_worker(step: str, path: str, level: int, target: str) -> dict:
+    """One step of ``--steps`` (after a load, which is timed too); returns {step: {wall, cpu}, ...}."""
+    from graphtool import io
+
+    out: dict = {}
+    with Clock() as c:
+        model = io.load(path)
+    out["load"] = vars(c)
+    name = STEP_NAMES[step].format(level=level)
+    if step == "inspect":
+        from graphtool.check import check
+        from graphtool.inspect import inspect_model
+
+        with Clock() as c:
+            report = inspect_model(model, path)
+            report["check"] = check(model).summary()
+        out[name] = vars(c)
+    elif step == "optimize":
+        from graphtool.optimize import optimize
+
+        with Clock() as c:
+            _, report, _ = optimize(model, level=level, target=target)
+        out[name] = vars(c)
+        out["nodes_after"] = report.nodes_after
+        out["pass_seconds"] = {r.name: r.seconds for r in report.passes.values()}
+    elif step == "diffself":
+        from graphtool.diff import diff
+
+        with Clock() as c:
+            diff(model, model)
+        out[name] = vars(c)
+    elif step == "save":
+        scratch = tempfile.mkdtemp(prefix="gt-scale-")
+        try:
+            with Clock() as c:
+                io.save(model, os.path.join(scratch, "out.onnx"))
+            out[name] = vars(c)
+        finally:
+            for leftover in os.listdir(scratch):
+                os.unlink(os.path.join(scratch, leftover))
+            os.rmdir(scratch)
+    return out
+
+
 def worker(what: str, path: str, level: int = 1, target: str = "onnx", repo: str | None = None) -> dict:
     """One measurement, run in its own process; returns {step: {wall, cpu}, ...}."""
     if repo:
         sys.meta_path.insert(0, RepoPasses(repo))
+    if what.startswith("step:"):
+        out = step_worker(what[5:], path, level, target)
+        out["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        for v in out.values():
+            if isinstance(v, dict):
+                v.pop("w", None), v.pop("c", None)
+        return out
     out: dict = {}
     scratch = tempfile.mkdtemp(prefix="gt-scale-")
     if what == "onnx_ir":
@@ -99,6 +169,7 @@ def worker(what: str, path: str, level: int = 1, target: str = "onnx", repo: str
                 optimized, report, _ = optimize(model, level=level, target=target)
             out[f"optimize --level {level}"] = vars(c)
             out["nodes_after"] = report.nodes_after
+            out["pass_seconds"] = {r.name: r.seconds for r in report.passes.values()}
             out["passes"] = sorted(r.name for r in report.passes.values())
             import graphtool
 
@@ -134,10 +205,69 @@ def run_worker(what: str, path: str, args: argparse.Namespace) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def model_path(nodes: int) -> str:
+def model_path(nodes: int, kind: str = "blocks") -> str:
+    """The generated model of ``nodes`` ops: ``blocks`` (gen_models.big_graph) or ``chain`` (Relu chain)."""
+    if kind == "chain":
+        path = os.path.join(CACHE, f"chain_{nodes}.onnx")
+        if not os.path.exists(path):
+            sys.path.insert(0, os.path.dirname(HERE))
+            from tests.bad_inputs.make_bad_inputs import chain_model_bytes
+
+            os.makedirs(CACHE, exist_ok=True)
+            with open(path + ".tmp", "wb") as f:
+                f.write(chain_model_bytes(nodes))
+            os.replace(path + ".tmp", path)
+        return path
     from gen_models import write_big_graph
 
     return write_big_graph(nodes, os.path.join(CACHE, f"graph_v1_{nodes}.onnx"))
+
+
+def steps_table(args: argparse.Namespace) -> int:
+    """``--steps``: each step of each size in a fresh process, this checkout and ``--against``
+    interleaved (the order alternates per round), best CPU of ``--rounds`` kept; prints markdown."""
+    sizes = [int(s) for s in args.sizes.split(",")]
+    steps = [s for s in args.steps.split(",") if s]
+    unknown = [s for s in steps if s not in STEP_NAMES]
+    if unknown:
+        raise SystemExit(f"unknown step {unknown[0]!r} (choose from {', '.join(STEP_NAMES)})")
+    checkouts = {"after": args.repo, **({"before": os.path.abspath(args.against)} if args.against else {})}
+    best: dict[tuple[str, int, str], dict] = {}
+    for round_ in range(args.rounds):
+        for n in sizes:
+            path = model_path(n, args.model)
+            for step in steps:
+                order = list(checkouts.items())
+                if round_ % 2:
+                    order.reverse()
+                for label, repo in order:
+                    run = run_worker(f"step:{step}", path, argparse.Namespace(level=args.level, target=args.target,
+                                                                              repo=repo))
+                    name = STEP_NAMES[step].format(level=args.level)
+                    got = {**run[name], "rss": run["max_rss_mb"], "nodes_after": run.get("nodes_after")}
+                    key = (label, n, step)
+                    if key not in best or got["cpu"] < best[key]["cpu"]:
+                        best[key] = got
+                    print(f"[{label} {n:,} {step}: {fmt(got)} s, {got['rss']:.0f} MB]", file=sys.stderr, flush=True)
+    labels = list(checkouts)
+    print(f"### {args.model} graphs, each step in a fresh process (CPU s, wall s in parentheses; peak RSS MB of "
+          "that process, load included)\n")
+    head = " | ".join(f"{label} s | {label} MB" for label in labels)
+    print(f"| step | nodes | {head} |" + (" after/before CPU |" if "before" in checkouts else ""))
+    print("|---|---:|" + "---:|" * (2 * len(labels)) + ("---:|" if "before" in checkouts else ""))
+    for step in steps:
+        for n in sizes:
+            cells = " | ".join(f"{fmt(best[(label, n, step)])} | {best[(label, n, step)]['rss']:,.0f}" for label in labels)
+            ratio = (f" {best[('after', n, step)]['cpu'] / best[('before', n, step)]['cpu']:.2f} |"
+                     if "before" in checkouts else "")
+            print(f"| {STEP_NAMES[step].format(level=args.level)} | {n:,} | {cells} |{ratio}")
+    if len(sizes) > 1:
+        lo, hi = sizes[0], sizes[-1]
+        print(f"\n{hi:,} / {lo:,} nodes (x{hi / lo:g}), CPU ratio per step:\n")
+        for label in labels:
+            ratios = ", ".join(f"{s} {best[(label, hi, s)]['cpu'] / best[(label, lo, s)]['cpu']:.2f}" for s in steps)
+            print(f"- {label}: {ratios}")
+    return 0
 
 
 def fmt(t: dict) -> str:
@@ -155,6 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--level", type=int, default=1, help="optimize level (default 1)")
     ap.add_argument("--target", choices=["onnx", "ort"], default="onnx", help="optimize target (default onnx)")
     ap.add_argument("--repo", help="run graphtool from this checkout (e.g. a worktree of an older commit)")
+    ap.add_argument("--phases", action="store_true", help="also print optimize's seconds per pass")
+    ap.add_argument("--model", choices=["blocks", "chain"], default="blocks",
+                    help="with --steps: the generated graph (blocks: big_graph; chain: a Relu chain)")
+    ap.add_argument("--steps", help="time these steps instead (load,inspect,optimize,diffself,save)")
+    ap.add_argument("--against", help="with --steps: also run every step with this checkout (before/after)")
+    ap.add_argument("--rounds", type=int, default=1, help="with --steps: rounds (best CPU kept)")
     ap.add_argument("--worker", nargs=2, metavar=("WHAT", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.repo:
@@ -162,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         print(json.dumps(worker(*args.worker, level=args.level, target=args.target, repo=args.repo)))
         return 0
+    if args.steps:
+        return steps_table(args)
 
     sizes = [int(s) for s in args.sizes.split(",")]
     results: dict[int, dict] = {}
@@ -178,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             **{k: v for k, v in opt.items() if isinstance(v, dict)},
             "nodes_after": opt["nodes_after"],
             "passes": opt["passes"],
+            "pass_seconds": opt.get("pass_seconds", {}),
             "files": (opt["graphtool_file"], opt["pass_file"]),
             "rss": max(r["max_rss_mb"] for r in io_runs),
             "rss_opt": opt["max_rss_mb"],
@@ -213,6 +352,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{results[hi]['nodes_after']:,} nodes; peak RSS (optimize + diff process) "
           f"{results[lo]['rss_opt']:.0f} / {results[hi]['rss_opt']:.0f} MB; passes: {', '.join(results[hi]['passes'])}")
     print(f"code: graphtool from {results[hi]['files'][0]}, passes from {results[hi]['files'][1]}")
+    if args.phases:
+        names = sorted(results[hi]["pass_seconds"], key=lambda k: -results[hi]["pass_seconds"][k])
+        print(f"\n### Where {opt_step} goes (wall s per pass, all iterations)\n")
+        print(f"| pass | {' | '.join(f'{n:,}' for n in sizes)} |")
+        print("|---|" + "---:|" * len(sizes))
+        for name in names:
+            cells = [results[n]["pass_seconds"].get(name, 0.0) for n in sizes]
+            if max(cells) >= 0.01:
+                print(f"| {name} | {' | '.join(f'{c:.2f}' for c in cells)} |")
     return 1 if failed else 0
 
 

@@ -16,6 +16,7 @@ Severities say what happens if you ship the model as it is:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -24,9 +25,10 @@ from typing import Any, Iterable
 import onnx
 from onnx.defs import OpSchema
 
+from graphtool.ir.from_onnx import gc_frozen
 from graphtool.ir.graph import Graph, Node
 from graphtool.ir.model import Function, Model
-from graphtool.pass_manager import PassContext, PassManager, select_passes
+from graphtool.pass_manager import FREEZE_NODES, PassContext, PassManager, select_passes
 
 SEVERITIES = ("error", "warning", "info")
 RUNTIMES = ("ort", "none")
@@ -207,8 +209,9 @@ def check(model: Model, runtime: str = "ort", passes: Iterable[str] | None = Non
         raise UsageError(f"unknown runtime '{runtime}' (choose from {', '.join(RUNTIMES)})")
     chosen = select_passes(level=3, target="ort" if runtime == "ort" else "onnx", only=passes, analysis=True)
     ctx = PassContext(model, level=3, target="ort" if runtime == "ort" else "onnx")
-    PassManager(chosen, max_iterations=1).run(model, ctx)
-    ctx.findings.extend(spec_findings(model))
+    with gc_frozen() if model.node_count() >= FREEZE_NODES else contextlib.nullcontext():  # see PassManager.run
+        PassManager(chosen, max_iterations=1).run(model, ctx)
+        ctx.findings.extend(spec_findings(model))
     order = {s: i for i, s in enumerate(SEVERITIES)}
     findings = sorted(ctx.findings, key=lambda f: order[f.severity])  # stable: graph order within a severity
     return CheckReport(runtime, findings)

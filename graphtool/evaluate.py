@@ -148,9 +148,10 @@ def foldable_region(graph: Graph, model: Model, blocked: set[int] | frozenset[in
     known: set[str] = set()
     region: list[Node] = []
     for node in order if order is not None else graph.topological_order():
-        if node.id in blocked or not can_fold(node, local_ops, opset):
+        if node.id in blocked:
             continue
-        if all(not v or v in known or is_constant(graph, v) for v in node.inputs):
+        # inputs first: most ops fail there, and it is cheaper than asking whether the op may fold
+        if all(not v or v in known or is_constant(graph, v) for v in node.inputs) and can_fold(node, local_ops, opset):
             region.append(node)
             known.update(v for v in node.outputs if v)
     return region

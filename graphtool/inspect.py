@@ -28,10 +28,10 @@ def op_histogram(model: Model) -> dict[str, dict[str, int]]:
     """{domain: {op_type: count}} over the main graph and all its subgraphs."""
     counts: Counter[tuple[str, str]] = Counter()
     for graph in model.graph.walk():
+        records = graph._node  # op id -> its record (ir.graph.OpData)
         for op_type, ids in graph._by_type.items():
-            for i in ids:
-                domain = graph.nx.nodes[i]["domain"]
-                counts[("" if domain == "ai.onnx" else domain, op_type)] += 1
+            for domain, n in Counter(records[i].domain for i in ids).items():
+                counts[("" if domain == "ai.onnx" else domain, op_type)] += n
     table: dict[str, dict[str, int]] = {}
     for (domain, op_type), n in sorted(counts.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1])):
         table.setdefault(domain or "ai.onnx", {})[op_type] = n

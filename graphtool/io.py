@@ -15,16 +15,16 @@ import secrets
 from typing import BinaryIO, Iterator
 
 from google.protobuf.message import DecodeError
-from onnx import ModelProto, TensorProto
+from onnx import GraphProto, ModelProto, NodeProto, TensorProto
 
 from graphtool import fileguard
 from graphtool.errors import BadModel, GraphtoolError
 from graphtool.ir.from_onnx import from_onnx
-from graphtool.ir.protos import shell_of
+from graphtool.ir.protos import MODEL_GRAPH_FIELD, _read_varint, key, shell_of, split_repeated, top_level_records, varint
 from graphtool.ir.model import Model
 from graphtool.ir.tensor import Tensor
 from graphtool.ir.stream import write_model
-from graphtool.ir.to_onnx import _as_is, to_onnx
+from graphtool.ir.to_onnx import _as_is, model_bytes
 
 PROTOBUF_LIMIT = 2**31 - 1
 INLINE_LIMIT = 1_800_000_000  # above this many weight bytes, a save goes to external data
@@ -107,8 +107,45 @@ def load(path: str | os.PathLike[str]) -> Model:
     path = os.fspath(path)
     data = fileguard.read_regular(path, PROTOBUF_LIMIT)
     proto = parse_model(data, path)
+    base_dir = os.path.dirname(os.path.abspath(path))
+    if len(proto.graph.node) >= BATCH_NODES:
+        split = _split_main_nodes(data)
+        if split is not None:  # the full parse only validated: build from the parts (peak: IR + one chunk)
+            del proto, data
+            shell, chunks = split
+            return from_onnx(ModelProto.FromString(shell), base_dir, main_nodes=_chunked_nodes(chunks))
     del data
-    return from_onnx(proto, os.path.dirname(os.path.abspath(path)))
+    return from_onnx(proto, base_dir)
+
+
+BATCH_NODES = 100_000  # main graphs this big are built from chunks of their nodes ...
+NODES_PER_CHUNK = 50_000  # ... parsed one at a time
+
+
+def _split_main_nodes(data: bytes) -> tuple[bytes, list[bytes]] | None:
+    """The model without its main graph's nodes, and those nodes' records in chunks (each parses
+    as a GraphProto holding just them). A parsed million-node model is ~350 MB of protobuf
+    (upb's messages, not the 25 MB file): building the IR from chunks, it is never all alive
+    next to the IR. None when the bytes do not have the one expected graph record."""
+    try:
+        records = top_level_records(data)
+        graphs = [(start, end) for number, start, end in records if number == MODEL_GRAPH_FIELD]
+        if len(graphs) != 1:
+            return None
+        start, end = graphs[0]
+        _, body = _read_varint(data, start)  # the key
+        length, body = _read_varint(data, body)
+        chunks, rest = split_repeated(data[body:body + length], 1, NODES_PER_CHUNK)
+    except (ValueError, IndexError):
+        return None
+    return b"".join((data[:start], key(MODEL_GRAPH_FIELD), varint(len(rest)), rest, data[end:])), chunks
+
+
+def _chunked_nodes(chunks: list[bytes]) -> Iterator[NodeProto]:
+    while chunks:
+        part = GraphProto.FromString(chunks.pop(0))  # dropped (and its bytes) once read
+        yield from part.node
+        del part
 
 
 def load_proto(model: ModelProto, base_dir: str | None = None) -> Model:
@@ -205,7 +242,7 @@ def save(model: Model, path: str | os.PathLike[str], external: bool | None = Non
         external = wants_external(model)
     if not external:
         with atomic_file(path) as handle:
-            written = write_model(model, to_onnx(model, main_initializers=False), handle, _as_is)
+            written = write_model(model, handle, _as_is)
             if written > PROTOBUF_LIMIT:
                 raise GraphtoolError("model exceeds 2 GB; save it with external data")
         return
@@ -215,9 +252,9 @@ def save(model: Model, path: str | os.PathLike[str], external: bool | None = Non
     try:  # the data file goes into place first: the model must never exist without its weights
         with atomic_file(path) as handle:
             with atomic_file(data_path) as data_handle:
-                proto = to_onnx(model, _ExternalWriter(data_handle, location))
+                data = model_bytes(model, _ExternalWriter(data_handle, location))
             placed = True
-            handle.write(proto.SerializeToString())
+            handle.write(data)
     except BaseException:
         if placed:  # weights without their model are of no use to anyone
             with contextlib.suppress(FileNotFoundError):
@@ -227,7 +264,7 @@ def save(model: Model, path: str | os.PathLike[str], external: bool | None = Non
 
 def to_bytes(model: Model) -> bytes:
     """The serialized model with weights inline (for onnxruntime sessions and tests)."""
-    return to_onnx(model, _inline).SerializeToString()
+    return model_bytes(model, _inline)
 
 
 def _inline(tensor: Tensor) -> TensorProto:

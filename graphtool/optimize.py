@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from graphtool.ir.from_onnx import from_onnx
+from graphtool.ir.from_onnx import from_onnx, gc_paused
 from graphtool.ir.model import Model
 from graphtool.ir.to_onnx import to_onnx
 from graphtool.pass_manager import PassContext, PassManager, PassReport, select_passes
 
 
 def clone(model: Model) -> Model:
-    """An independent copy (external weights are shared on disk, not read)."""
+    """An independent copy (external weights are shared on disk, not read).
+
+    A model as loaded is copied structurally (``Model.copy``: same ids, same order, no protobuf
+    round trip, ~4x cheaper); an edited one goes through its serialization, which renumbers its
+    ops in topological order as a fresh load would (what passes then see, unchanged from before)."""
+    if model.pristine():
+        with gc_paused():
+            return model.copy()
     return from_onnx(to_onnx(model), model.base_dir)
 
 

@@ -28,6 +28,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Any, Callable, Iterator
 
@@ -113,6 +114,9 @@ class _Worker:
     """The child process and its pipes; ``call`` restarts it after a crash, a limit or a timeout."""
 
     def __init__(self) -> None:
+        # one request at a time on the pipe: verification's reference may run in a background
+        # thread (``verify.ReferenceJob``) while the passes fold constants in the main one
+        self.lock = threading.RLock()
         self.proc: subprocess.Popen | None = None
         self.log = None
         self.generation = 0  # bumped at every start: sessions of an older child are gone
@@ -145,6 +149,10 @@ class _Worker:
         self.proc, self.log = None, None
 
     def call(self, what: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        with self.lock:
+            return self._call(what, fn, args, kwargs)
+
+    def _call(self, what: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         if self.proc is None or self.proc.poll() is not None:
             self.stop()
             self.start()
@@ -231,14 +239,16 @@ def prewarm() -> None:
     if enabled():
         if not CONFIG.memory:
             configure()
-        if _WORKER.proc is None or _WORKER.proc.poll() is not None:
-            _WORKER.stop()
-            _WORKER.start()
+        with _WORKER.lock:
+            if _WORKER.proc is None or _WORKER.proc.poll() is not None:
+                _WORKER.stop()
+                _WORKER.start()
 
 
 def shutdown() -> None:
     """Stop the child (tests; the child also exits on its own when graphtool's stdin pipe closes)."""
-    _WORKER.stop()
+    with _WORKER.lock:
+        _WORKER.stop()
 
 
 # ------------------------------------------------------------------------------- jobs for the child

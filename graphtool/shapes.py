@@ -26,12 +26,14 @@ import weakref
 from typing import Mapping, Optional, Union
 
 import onnx
+from onnx import onnx_cpp2py_export as _onnx_cpp
 from onnx import GraphProto, ModelProto, TensorProto, TypeProto, numpy_helper
 
 from graphtool.ir.graph import Graph
 from graphtool.ir.model import Model
 from graphtool.ir.tensor import Tensor
-from graphtool.ir.to_onnx import to_onnx
+from graphtool.ir.protos import MODEL_GRAPH_FIELD, _read_varint, key, split_repeated, top_level_records, varint
+from graphtool.ir.to_onnx import model_bytes
 
 Dim = Optional[Union[int, str]]
 SMALL_TENSOR_BYTES = 4096  # tensors inference may read (shape constants); bigger ones are type-only
@@ -56,7 +58,13 @@ def infer(proto: ModelProto, data_prop: bool = True) -> ModelProto:
     failing): the one place graphtool calls it. Raises what onnx raises on a model it cannot read."""
     if proto.ir_version < 4:  # IR < 4 ignores initializers that are not graph inputs
         proto.ir_version = 4
-    return onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=data_prop)
+    return ModelProto.FromString(infer_serialized(proto.SerializeToString(), data_prop))
+
+
+def infer_serialized(data: bytes, data_prop: bool = True) -> bytes:
+    """``infer`` from and to the serialized model (what onnx.shape_inference.infer_shapes does
+    around this call): the one place graphtool runs onnx's shape inference."""
+    return _onnx_cpp.shape_inference.infer_shapes(data, False, False, data_prop)
 
 
 def dims_of(t: TypeProto | None) -> list[Dim] | None:
@@ -119,21 +127,33 @@ class ShapeOracle:
         self.runs += 1
         previous, self._tables = self._tables, weakref.WeakKeyDictionary()
         try:
-            inferred = infer(to_onnx(self.model, write_tensor=weightless))
-            self._collect(self.model.graph, inferred.graph)
+            inferred = _inferred(self.model)
+            self._collect(self.model.graph, inferred.graph, {})
+            del inferred  # the tables hold their own copies (one per distinct type)
+            release_freed_memory()  # onnx's C++ inference freed ~1 KB per node into the heap
         except Exception:  # noqa: BLE001 - inference fails on odd models: declarations alone serve
             pass
         renames = _symbol_renames(previous, self._tables)
         for graph, old in previous.items():
             self._tables[graph] = _kept(graph, old, _renamed(self._tables.get(graph, {}), renames))
 
-    def _collect(self, graph: Graph, proto: GraphProto) -> None:
+    def _collect(self, graph: Graph, proto: GraphProto, distinct: dict[bytes, TypeProto]) -> None:
+        """Fill ``graph``'s table (and its subgraphs') from the inferred ``proto``. Values of the
+        same type share one TypeProto of their own (``distinct``, by serialized type): the table
+        does not keep the inferred model alive (on a million-node chain that was 1.5 KB per value,
+        all the parsed nodes and value infos), and a model's values have few distinct types."""
         table: dict[str, TypeProto] = {}
         for infos in (proto.input, proto.output, proto.value_info):
             for info in infos:
                 if info.HasField("type") and info.name not in table:
-                    table[info.name] = _run_local(info.type, self.runs)
+                    key = _run_local(info.type, self.runs).SerializeToString()
+                    shared = distinct.get(key)
+                    if shared is None:
+                        shared = distinct[key] = TypeProto.FromString(key)
+                    table[info.name] = shared
         self._tables[graph] = table
+        if not any(True for _ in graph.subgraphs()):
+            return  # nothing below to collect: no walk of every node (and of every NodeProto)
         nodes = graph.topological_order()
         if len(nodes) != len(proto.node):
             return
@@ -144,10 +164,51 @@ class ShapeOracle:
             for key, value in node._data["attrs"].items():
                 attr = subs.get(key)
                 if isinstance(value, Graph) and attr is not None and attr.HasField("g"):
-                    self._collect(value, attr.g)
+                    self._collect(value, attr.g, distinct)
                 elif isinstance(value, list) and attr is not None and len(attr.graphs) == len(value):
                     for sub, sub_proto in zip(value, attr.graphs):
-                        self._collect(sub, sub_proto)
+                        self._collect(sub, sub_proto, distinct)
+
+
+def release_freed_memory() -> None:
+    """Give the C heap's free memory back to the system (glibc's ``malloc_trim``; elsewhere a
+    no-op). onnx's C++ shape inference frees as much as the model's protobuf is big, in pieces
+    glibc keeps for later ``malloc``s — which Python's object allocator never makes, so without
+    this the process stays that much bigger for the rest of its run."""
+    global _TRIM
+    if _TRIM is None:
+        try:
+            import ctypes
+
+            _TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _TRIM = False
+    if _TRIM:
+        _TRIM(0)
+
+
+_TRIM = None
+
+
+def _inferred(model: Model) -> ModelProto:
+    """``infer`` of the model (weightless), from its serialized form. Without subgraphs the result
+    is parsed without its nodes (``_collect`` reads only value infos then): the parsed nodes were
+    ~350 bytes each, beside the IR."""
+    data = model_bytes(model, write_tensor=weightless)
+    if model.ir_version < 4:
+        return infer(ModelProto.FromString(data))
+    out = infer_serialized(data)
+    if any(True for _ in model.graph.subgraphs()):
+        return ModelProto.FromString(out)
+    records = top_level_records(out)
+    graphs = [(start, end) for number, start, end in records if number == MODEL_GRAPH_FIELD]
+    if len(graphs) != 1:
+        return ModelProto.FromString(out)
+    start, end = graphs[0]
+    _, body = _read_varint(out, start)
+    length, body = _read_varint(out, body)
+    _, rest = split_repeated(out[body:body + length], 1, 1 << 62)
+    return ModelProto.FromString(b"".join((out[:start], key(MODEL_GRAPH_FIELD), varint(len(rest)), rest, out[end:])))
 
 
 def _run_local(t: TypeProto, run: int) -> TypeProto:
@@ -172,7 +233,10 @@ def _symbol_renames(old: Mapping[Graph, dict[str, TypeProto]],
     for graph, table in new.items():
         before = old.get(graph, {})
         for name, t in table.items():
-            a, b = dims_of(t), dims_of(before.get(name))
+            earlier = before.get(name)
+            if earlier is None:
+                continue
+            a, b = dims_of(t), dims_of(earlier)
             if a is None or b is None or len(a) != len(b):
                 continue
             for x, y in zip(a, b):

@@ -8,6 +8,8 @@ which rewritten branches no input reached (unverified).
 
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,10 +125,14 @@ def input_specs(sess: Any) -> list[InputSpec]:
 class Reference:
     """The original model in onnxruntime, instrumented for branch coverage when it has Ifs."""
 
-    def __init__(self, original: Model, original_path: str | None = None) -> None:
+    def __init__(self, original: Model, original_path: str | None = None, stop: threading.Event | None = None) -> None:
+        self.stop = stop
         self.sites: list[Site] = []
         self.proto = None if io.wants_external(original) else to_onnx(original)
-        instrumented = instrument(self.proto) if self.proto is not None else None
+        # only If/Loop/Scan make coverage sites: without them the whole-model copy is skipped
+        branchy = any(original.graph.has_op(op) for op in ("If", "Loop", "Scan"))
+        instrumented = instrument(self.proto) if self.proto is not None and branchy else None
+        self._check()
         if instrumented is not None:
             copy, self.sites = instrumented
             self.session = make_session(copy.SerializeToString())
@@ -134,7 +140,12 @@ class Reference:
             self.session = make_session(original_path or original)
         self.names = [o.name for o in self.session.get_outputs()]
 
+    def _check(self) -> None:
+        if self.stop is not None and self.stop.is_set():
+            raise _Abandoned()
+
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
+        self._check()
         return dict(zip(self.names, self.session.run(None, feeds)))
 
 
@@ -154,18 +165,26 @@ def _user_sets(ref: Reference, specs: list[InputSpec], feeds: dict[str, np.ndarr
     return sets
 
 
-def verify(original: Model, rewritten: Model, seed: int = 0, input_shapes: dict[str, list[int]] | None = None,
-           feeds: dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None = None, rtol: float = RTOL,
-           atol: float = ATOL, original_path: str | None = None, input_values: dict[str, list[Any]] | None = None,
-           input_sets: list[InputSet] | None = None) -> Verification:
-    """Run both models on the same input sets and compare every output.
+@dataclass
+class _ReferenceSide:
+    """What verification needs of the original model: its outputs on the input sets."""
 
-    Input sets come from ``input_sets`` (a previous verification's, as bisection replays), the
-    user's ``feeds``, or discovery (graphtool.discover), which keeps the original's outputs from
-    its successful runs, so the original runs once per set. The original is instrumented for
-    branch coverage; the sessions exist one at a time, so peak memory is one model's.
-    """
-    ref = Reference(original, original_path)
+    proto: Any  # the original as a ModelProto (None for external-data models), for coverage
+    discovery: Discovery | None
+    coverage: Coverage | None
+    input_sets: list[InputSet]
+    expected: list[dict[str, Any]]
+
+
+class _Abandoned(Exception):
+    """A ReferenceJob whose verification will not happen stops at its next onnxruntime call."""
+
+
+def _reference_side(original: Model, original_path: str | None, seed: int, input_shapes: dict[str, list[int]] | None,
+                    feeds: dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None,
+                    input_values: dict[str, list[Any]] | None, input_sets: list[InputSet] | None,
+                    stop: threading.Event | None = None) -> _ReferenceSide:
+    ref = Reference(original, original_path, stop)
     discovery = None
     if input_sets is None:
         specs = input_specs(ref.session)
@@ -185,9 +204,91 @@ def verify(original: Model, rewritten: Model, seed: int = 0, input_shapes: dict[
     expected = []
     for s in input_sets:
         expected.append(strip_markers(s.outputs if s.outputs is not None else ref.run(s.feeds)))
-    ref_proto = ref.proto
-    del ref
-    result = Verification(True, rtol, atol, sets=[s.label for s in input_sets], discovery=discovery,
+    # the session ends here; the proto is kept only for coverage (a million-node parse is ~350 MB)
+    return _ReferenceSide(ref.proto if coverage is not None else None, discovery, coverage, input_sets, expected)
+
+
+class ReferenceJob:
+    """The original's side of a verification, started before the optimization it will check.
+
+    Its onnxruntime session and input discovery then run in the sandbox child while the passes
+    run here (on 200k nodes the session alone costs onnxruntime ~9 s: the passes' time is hidden
+    behind it). The thread mostly waits on the child's pipe, whose calls are serialized with the
+    passes' own (constant folding); errors surface from ``result()``, where ``verify`` would have
+    raised them. Without the sandbox child (``GRAPHTOOL_SANDBOX=0``) nothing starts early:
+    onnxruntime would hold this process's CPU, and ``result()`` does the work then.
+    """
+
+    def __init__(self, original: Model, original_path: str | None = None, seed: int = 0,
+                 input_shapes: dict[str, list[int]] | None = None,
+                 feeds: dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None = None,
+                 input_values: dict[str, list[Any]] | None = None) -> None:
+        from graphtool import sandbox
+
+        self.original = original
+        self._stop = threading.Event()
+        self._args = (original, original_path, seed, input_shapes, feeds, input_values, None, self._stop)
+        self._side: _ReferenceSide | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if sandbox.sessions_enabled():
+            self._thread = threading.Thread(target=self._work, name="graphtool-reference", daemon=True)
+            _STARTED.add(self)
+            self._thread.start()
+
+    def _work(self) -> None:
+        try:
+            self._side = _reference_side(*self._args)
+        except BaseException as err:  # noqa: BLE001 - re-raised by result(), in the caller's thread
+            self._error = err
+
+    def abandon(self) -> None:
+        """The verification will not happen (the optimization failed): stop at the next call."""
+        self._stop.set()
+
+    def result(self) -> _ReferenceSide:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        elif self._side is None and self._error is None:
+            self._work()
+        if self._error is not None:
+            raise self._error
+        assert self._side is not None
+        return self._side
+
+
+_STARTED: "weakref.WeakSet[ReferenceJob]" = weakref.WeakSet()
+
+
+def abandon_references() -> None:
+    """Stop every ReferenceJob still running (the CLI calls this when a command ends, so a job
+    whose optimization failed does not go on after it; one already used is finished)."""
+    for job in list(_STARTED):
+        job.abandon()
+
+
+def verify(original: Model, rewritten: Model, seed: int = 0, input_shapes: dict[str, list[int]] | None = None,
+           feeds: dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None = None, rtol: float = RTOL,
+           atol: float = ATOL, original_path: str | None = None, input_values: dict[str, list[Any]] | None = None,
+           input_sets: list[InputSet] | None = None, reference: ReferenceJob | None = None) -> Verification:
+    """Run both models on the same input sets and compare every output.
+
+    Input sets come from ``input_sets`` (a previous verification's, as bisection replays), the
+    user's ``feeds``, or discovery (graphtool.discover), which keeps the original's outputs from
+    its successful runs, so the original runs once per set. The original is instrumented for
+    branch coverage; the sessions exist one at a time, so peak memory is one model's.
+    ``reference`` is that side of the work already started (``ReferenceJob``, made with the same
+    original and options).
+    """
+    if reference is not None:
+        if reference.original is not original:
+            raise ValueError("verify: the reference job was started for another model")
+        side = reference.result()
+    else:
+        side = _reference_side(original, original_path, seed, input_shapes, feeds, input_values, input_sets)
+    input_sets, coverage, expected, ref_proto = side.input_sets, side.coverage, side.expected, side.proto
+    result = Verification(True, rtol, atol, sets=[s.label for s in input_sets], discovery=side.discovery,
                           coverage=coverage, input_sets=input_sets)
     new_sess = make_session(rewritten)
     new_names = [o.name for o in new_sess.get_outputs()]

@@ -329,6 +329,7 @@ class CheckOrtKernels(Pass):
         place = place_of(ctx.model, graph)
         local_domains = {d for d, _ in local_functions(ctx.model)}
         before = len(ctx.findings)
+        self._kernel_found: dict[tuple, Verdict] = {}
         for node in graph.nodes():
             domain, op = norm_domain(node.domain), node.op_type
             if (domain, op) in RESOLVED_AT_LOAD or domain in local_domains or domain not in place.opsets:
@@ -342,11 +343,19 @@ class CheckOrtKernels(Pass):
         n = len(ctx.findings) - before
         return PassResult(changed=False, stats={"findings": n} if n else {})
 
-    @staticmethod
-    def check_node(ctx: PassContext, place: Any, graph: Graph, node: Node, domain: str, opset: int) -> None:
-        input_types = [graph.value_type(v) if v else None for v in node.inputs]
-        verdict = decide(node.op_type, domain, opset, Args.of(graph, node), node_proto(node), input_types)
+    def check_node(self, ctx: PassContext, place: Any, graph: Graph, node: Node, domain: str, opset: int) -> None:
         op = node.op_type
+        args = Args.of(graph, node)
+        # A kernel that takes these argument types decides before anything node-specific is read
+        # (``decide`` returns before ``expand``): one decision serves every node of that signature.
+        key = (op, domain, opset, tuple((bool(n), t) for n, t in args.inputs),
+               tuple((bool(n), t) for n, t in args.outputs))
+        verdict = self._kernel_found.get(key)
+        if verdict is None:
+            input_types = [graph.value_type(v) if v else None for v in node.inputs]
+            verdict = decide(op, domain, opset, args, node_proto(node), input_types)
+            if verdict.runs and verdict.via == "kernel":
+                self._kernel_found[key] = verdict
         if verdict.runs is False:
             add(ctx, "error", "no-kernel", verdict.why, place, node, hint=verdict.hint)
         elif verdict.via == "function":

@@ -19,6 +19,10 @@ ops in non-standard domains have no onnx schema and are left to the other checks
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+from typing import Any
+
 from onnx import AttributeProto
 from onnx.defs import OpSchema
 
@@ -48,6 +52,34 @@ _SCALAR_FIELDS = (
     ("f", AttributeProto.FLOAT), ("i", AttributeProto.INT), ("s", AttributeProto.STRING), ("t", AttributeProto.TENSOR),
     ("g", AttributeProto.GRAPH), ("sparse_tensor", AttributeProto.SPARSE_TENSOR), ("tp", AttributeProto.TYPE_PROTO),
 )
+
+
+@dataclass(frozen=True)
+class _Schema:
+    """What the checks read of an OpSchema, read once per (op, domain, opset): onnx's bindings
+    build ``attributes`` and ``inputs`` anew at every access (several µs per node otherwise)."""
+
+    since_version: int
+    deprecated: bool
+    attributes: dict[str, Any]
+    required: tuple[str, ...]
+    inputs: list[Any]
+    outputs: list[Any]
+    min_input: int
+    max_input: int
+    min_output: int
+    max_output: int
+
+
+@functools.lru_cache(maxsize=4096)
+def schema_facts(op_type: str, domain: str, opset: int) -> _Schema | None:
+    schema = schema_at(op_type, domain, opset)
+    if schema is None:
+        return None
+    attributes = schema.attributes
+    return _Schema(schema.since_version, schema.deprecated, attributes,
+                   tuple(name for name, spec in attributes.items() if spec.required), schema.inputs, schema.outputs,
+                   schema.min_input, schema.max_input, schema.min_output, schema.max_output)
 
 
 def attr_type(node: Node, name: str) -> int:
@@ -88,8 +120,9 @@ class CheckSchemas(Pass):
         return PassResult(changed=False, stats=stats)
 
     def check_node(self, ctx: PassContext, place: Place, node: Node, domain: str, opset: int) -> None:
-        op, where = node.op_type, f"{show_domain(domain)} opset {opset}"
-        schema = schema_at(op, domain, opset)
+        op = node.op_type
+        schema = schema_facts(op, domain, opset)
+        where = f"{show_domain(domain)} opset {opset}"
         if schema is None:
             later = [v for v in since_versions(op, domain) if v > opset]
             if later:
@@ -109,9 +142,9 @@ class CheckSchemas(Pass):
         self.check_arity(ctx, place, node, schema, where)
 
     @staticmethod
-    def check_attributes(ctx: PassContext, place: Place, node: Node, schema: OpSchema, where: str) -> None:
+    def check_attributes(ctx: PassContext, place: Place, node: Node, schema: _Schema, where: str) -> None:
         defined = schema.attributes
-        present = list(node.attrs)
+        present = list(node._data["attrs"])  # the names only: no value is converted
         for name in present:
             spec = defined.get(name)
             if spec is None:
@@ -125,13 +158,14 @@ class CheckSchemas(Pass):
                 add(ctx, "error", "attribute",
                     f"{node.op_type} attribute '{name}' is {_ATTR_TYPE_NAMES.get(got, got)}, the schema wants {_ATTR_TYPE_NAMES.get(want, want)}",
                     place, node, hint=f"write '{name}' as {_ATTR_TYPE_NAMES.get(want, want)}")
-        for name, spec in defined.items():
-            if spec.required and name not in present:
+        for name in schema.required:
+            spec = defined[name]
+            if name not in present:
                 add(ctx, "error", "attribute", f"{node.op_type} at {where} requires attribute '{name}'",
                     place, node, hint=f"add '{name}' ({_ATTR_TYPE_NAMES.get(int(spec.type.value))})")
 
     @staticmethod
-    def check_arity(ctx: PassContext, place: Place, node: Node, schema: OpSchema, where: str) -> None:
+    def check_arity(ctx: PassContext, place: Place, node: Node, schema: _Schema, where: str) -> None:
         for kind, names, formals, lo, hi in (
             ("input", node.inputs, schema.inputs, schema.min_input, schema.max_input),
             ("output", node.outputs, schema.outputs, schema.min_output, schema.max_output),

@@ -41,10 +41,11 @@ CSE_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
 
 def attr_key(node: Node) -> bytes | None:
     """The node's attributes as bytes (sorted by name); None when one is a subgraph."""
+    attrs = node._data["attrs"]  # the protos themselves: no value is converted to Python
     parts = []
-    for name in sorted(node.attrs):
-        proto = node.attr_proto(name)
-        if proto is None:
+    for name in sorted(attrs):
+        proto = attrs[name]
+        if not isinstance(proto, AttributeProto):
             return None  # a subgraph
         parts.append(proto.SerializeToString())
     return b"\x00".join(parts)

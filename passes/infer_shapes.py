@@ -17,7 +17,7 @@ over the whole model, so the cost stays linear. Values a pass later rewrites kee
 
 from __future__ import annotations
 
-from onnx import TypeProto, ValueInfoProto
+from onnx import GraphProto, TypeProto
 
 from graphtool.ir.graph import Graph
 from graphtool.pass_manager import Pass, PassContext, PassResult, register
@@ -49,9 +49,11 @@ class InferShapes(Pass):
             return PassResult(False)
         self.runs += 1
         recorded = 0
+        holder = GraphProto()  # one message holds them all: a ValueInfoProto of its own costs ~1 KB
         for name, inferred in ctx.shapes.table(graph).items():
             if _static(inferred) and graph.has_value(name) and graph.value_type(name) is None:
-                info = ValueInfoProto(name=name)
+                info = holder.value_info.add()
+                info.name = name
                 info.type.CopyFrom(inferred)
                 graph.value_info[name] = info
                 recorded += 1

@@ -105,6 +105,30 @@ def test_optimize_level1_keeps_outputs_of_generated_graph():
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+def test_ir_memory_per_op_stays_small():
+    """Issue 19: a million-node chain must load in well under 2 GB. The IR of a chain costs
+    ~1.5 KB per op (NetworkX's four adjacency dicts per op and value are most of it); it was
+    ~2.5 KB before the op records, shared key dicts and serialized templates, and 5 KB with the
+    parse kept alive. tracemalloc counts bytes, so this neither flakes nor depends on the box."""
+    import gc
+    import tracemalloc
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from tests.bad_inputs.make_bad_inputs import chain_model_bytes
+
+    data = chain_model_bytes(20_000)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        model = io.load_proto(onnx.load_from_string(data))
+        gc.collect()
+        per_op = (tracemalloc.get_traced_memory()[0] - before) / model.node_count()
+    finally:
+        tracemalloc.stop()
+    assert per_op < 1700, f"{per_op:.0f} bytes per op"
+
+
 # ------------------------------------------------------------------------- external data
 
 

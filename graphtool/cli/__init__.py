@@ -56,6 +56,8 @@ def cli(ctx: click.Context, debug: bool, allow_links: bool, memory_limit: str | 
 def _end_of_command() -> None:
     from graphtool import fileguard, sandbox
 
+    if "graphtool.verify" in sys.modules:  # a verification started early and never reached stops
+        sys.modules["graphtool.verify"].abandon_references()
     fileguard.ALLOW_LINKS = False
     sandbox.SESSIONS = False
 

@@ -76,8 +76,12 @@ def compare_command(model_path: str, levels: str, target: str, latency: bool, ru
         return
     progress = (lambda msg: click.echo(f"… {msg}", err=True)) if sys.stderr.isatty() else None
     pairs: dict = {}
+    from graphtool.coverage import strip_markers
+
+    known = strip_markers(sets[0].outputs) if sets and sets[0].outputs is not None else None
     report = compare(model, wanted, target, latency=latency, runs=runs, warmup=warmup, seed=seed,
-                     path=model_path, on_step=progress, models=pairs if html_out else None, feeds=feeds)
+                     path=model_path, on_step=progress, models=pairs if html_out else None, feeds=feeds,
+                     original_outputs=known)  # the original ran on these feeds during discovery
     if html_out:
         page = to_html(report, diff_sections(pairs))
         with io.atomic_file(html_out) as handle:

@@ -17,7 +17,7 @@ from graphtool.inspect import format_table, human_bytes
 from graphtool.ir.model import Model
 from graphtool.optimize import optimize
 from graphtool.pass_manager import PassContext, PassReport
-from graphtool.verify import ATOL, RTOL, verify
+from graphtool.verify import ATOL, RTOL, ReferenceJob, verify
 
 
 def _split(names: str | None) -> list[str]:
@@ -105,6 +105,9 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
     shapes, feeds, values = resolve_inputs(model_inputs, input_shapes, inputs_file, input_values)
     from graphtool.progress import progress_steps
 
+    # the original's onnxruntime session and input discovery start now, beside the passes
+    reference = None if no_verify else ReferenceJob(original, model_path, input_shapes=shapes, feeds=feeds,
+                                                      input_values=values)
     start = original
     if upgrade_opset is not None:
         from graphtool.opset_upgrade import upgrade_opset as upgrade
@@ -124,7 +127,7 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
     verification = None
     if not no_verify:
         verification = verify(original, optimized, input_shapes=shapes, feeds=feeds, input_values=values,
-                              rtol=rtol, atol=atol, original_path=model_path)
+                              rtol=rtol, atol=atol, original_path=model_path, reference=reference)
         result["verification"] = verification.as_dict()
         summary = verification.summary()
         if not verification.ok:

@@ -86,7 +86,8 @@ def _side(model: Model, trace: Trace | None = None) -> dict[str, Any]:
 
 def compare_level(original_model: Model, optimized_model: Model, level: int, target: str = "onnx",
                   ort_model: Model | None = None, seed: int = 0,
-                  feeds: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+                  feeds: dict[str, np.ndarray] | None = None,
+                  original_outputs: dict[str, Any] | None = None) -> dict[str, Any]:
     """ORT's graph at ``level`` beside graphtool's ``optimized_model`` (optimized at that level).
 
     This is what ``graphtool optimize --compare-ort`` prints (through ``format_compare``) and
@@ -109,7 +110,8 @@ def compare_level(original_model: Model, optimized_model: Model, level: int, tar
         "op_diff": histogram_diff(ort_side["op_histogram"], our_side["op_histogram"]),
         "fusions": compare_fusions(ort_trace, our_trace),
         "outputs": output_diffs({"original": original_model, "ort": ort_model, "graphtool": optimized_model},
-                                seed=seed, feeds=feeds),
+                                seed=seed, feeds=feeds,
+                                known={"original": original_outputs} if original_outputs is not None else None),
         "notes": layout_notes(ort_model),
     }
 
@@ -130,11 +132,13 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
             runs: int = 20, warmup: int = 3, seed: int = 0, path: str | None = None,
             feeds: dict[str, np.ndarray] | None = None,
             on_step: Callable[[str], None] | None = None,
-            models: dict[int, tuple[Model, Model]] | None = None) -> dict[str, Any]:
+            models: dict[int, tuple[Model, Model]] | None = None,
+            original_outputs: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``graphtool compare`` report (schema ``graphtool.compare/1``, see ``JSON_SCHEMA``).
 
     ``models``, when given, receives {level: (ORT's graph, graphtool's graph)} for callers that
-    render the graphs themselves (``--html``).
+    render the graphs themselves (``--html``). ``original_outputs``: the original's outputs on
+    ``feeds`` when the caller has them (input discovery ran it): its session is not built again.
     """
     from graphtool.optimize import optimize
 
@@ -157,7 +161,8 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
         if on_step:
             on_step(f"onnxruntime level {level} ({ORT_LEVELS[level]})")
         ort_model = ort_optimized(model, level)
-        entry = compare_level(model, ours[our_level], level, target, ort_model=ort_model, seed=seed, feeds=feeds)
+        entry = compare_level(model, ours[our_level], level, target, ort_model=ort_model, seed=seed, feeds=feeds,
+                              original_outputs=original_outputs)
         if models is not None:
             models[level] = (ort_model, ours[our_level])
         entry["graphtool_level"] = our_level  # L3 compares against graphtool's L2 until it has L3 passes

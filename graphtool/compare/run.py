@@ -66,17 +66,19 @@ def layout_notes(model: Model) -> list[str]:
 
 
 def output_diffs(models: dict[str, Model], seed: int = 0, feeds: dict[str, np.ndarray] | None = None,
-                 input_shapes: dict[str, list[int]] | None = None) -> dict[str, dict[str, Any]]:
+                 input_shapes: dict[str, list[int]] | None = None,
+                 known: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """Max abs/rel differences between the outputs of each pair of models, on the same inputs.
 
     Every model runs with ORT's optimizations off, so an optimized file runs as it was written.
     Keys of ``models``: "original", "ort", "graphtool"; result keys: "ort_vs_graphtool",
-    "ort_vs_original", "graphtool_vs_original".
+    "ort_vs_original", "graphtool_vs_original". ``known``: outputs a model already gave on
+    ``feeds`` (the original's, from input discovery), so no session is built for it again.
     """
-    sessions = {k: make_session(m) for k, m in models.items()}
+    results: dict[str, dict[str, Any]] = dict(known or {}) if feeds is not None else {}
+    sessions = {k: make_session(m) for k, m in models.items() if k not in results}
     if feeds is None:
         feeds = random_inputs(sessions["original"], seed, input_shapes)
-    results: dict[str, dict[str, Any]] = {}
     for key, sess in sessions.items():
         names = [o.name for o in sess.get_outputs()]
         results[key] = dict(zip(names, sess.run(None, feeds_for(sess, feeds, seed))))

@@ -1,13 +1,16 @@
 """ModelProto → IR. The only place (with ``to_onnx``) that knows the protobuf layout.
 
-Each op keeps its original NodeProto as a template and each graph a "shell" of the fields the IR
-does not model, so ``to_onnx`` can write back an untouched model byte for byte.
+Each op keeps its original NodeProto as a template (serialized) and each graph a "shell" of the
+fields the IR does not model, so ``to_onnx`` can write back an untouched model byte for byte.
+Nothing in the IR points into the parsed ModelProto afterwards (except big initializers), so the
+parse is freed once the IR is built.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 from typing import Any, Iterable, Iterator
 
 
@@ -15,13 +18,17 @@ from onnx import (AttributeProto, FunctionProto, GraphProto, ModelProto, NodePro
                   TypeProto)
 
 from graphtool.errors import BadModel
-from graphtool.ir.graph import CAPTURE, Graph
+from graphtool.ir.graph import CAPTURE, NO_ATTRS, Graph
 from graphtool.ir.model import Function, Model
 from graphtool.ir.protos import shell_of
 from graphtool.ir.tensor import Tensor, check_tensor, is_external, resolve_external
 
 
 
+# Initializers are copied out of the parsed model when they total at most this (so the parse can
+# be freed); bigger ones stay views into it: there the weights are the parse, and a copy would
+# double the peak.
+COPY_TENSORS_BYTES = 64 << 20
 _ELEM_TYPES = frozenset(TensorProto.DataType.values())
 _ATTR_TYPES = frozenset(AttributeProto.AttributeType.values()) - {AttributeProto.UNDEFINED}
 
@@ -62,73 +69,117 @@ class _Loader:
         if proto.HasField("indices"):
             self.tensor(proto.indices)
 
-    def graph(self, proto: GraphProto, parent: Graph | None, ir_version: int) -> Graph:
+    def graph(self, proto: GraphProto, parent: Graph | None, ir_version: int,
+              nodes: Iterable[NodeProto] | None = None) -> Graph:
         graph = Graph(proto.name, parent)
         graph.proto_shell = shell_of(proto, ("node", "initializer", "input", "output", "value_info"))
         graph.overridable_initializers = ir_version >= 4
-        g = graph.nx
-        for tensor in proto.initializer:
+        # The IR keeps its own copies of the protos it holds on to (value infos; initializers
+        # unless they are most of the model): a view into the parsed model would keep all of it
+        # alive, ~360 bytes per node after the nodes themselves are in the IR (issue 19).
+        own = GraphProto()
+        own.input.extend(proto.input)
+        own.output.extend(proto.output)
+        own.value_info.extend(proto.value_info)
+        tensors = proto.initializer
+        if sum(t.ByteSize() for t in tensors) <= COPY_TENSORS_BYTES:
+            own.initializer.extend(tensors)
+            tensors = own.initializer
+        add_value = graph._add_value
+        for tensor in tensors:
             if tensor.name in graph.initializers:
                 raise BadModel(f"initializer '{tensor.name}' is defined twice")
             graph.initializers[tensor.name] = self.tensor(tensor)
-            g.add_node(tensor.name)
+            add_value(tensor.name)
         for sparse in proto.sparse_initializer:
             self.sparse(sparse)
             graph.sparse_initializers.add(sparse.values.name)
-            g.add_node(sparse.values.name)
-        for info in (*proto.input, *proto.output, *proto.value_info):
+            add_value(sparse.values.name)
+        for info in (*own.input, *own.output, *own.value_info):
             check_value_type(info.type, info.name)
-        for info in proto.input:
+        for info in own.input:
             graph.inputs[info.name] = info
-            g.add_node(info.name)
-        for info in proto.output:
+            add_value(info.name)
+        for info in own.output:
             if info.name in graph.outputs:
                 raise BadModel(f"graph '{proto.name}' lists output '{info.name}' twice")
             graph.outputs[info.name] = info
-            g.add_node(info.name)
-        for info in proto.value_info:
+            add_value(info.name)
+        for info in own.value_info:
             graph.value_info[info.name] = info
-        self.nodes(graph, proto.node, ir_version)
+        self.nodes(graph, proto.node if nodes is None else nodes, ir_version)
         self.check_defined(graph, f"graph '{proto.name}'")
         return graph
 
     def nodes(self, graph: Graph, nodes: Iterable[NodeProto], ir_version: int) -> None:
-        for index, node in enumerate(nodes):
-            if not node.op_type:
-                raise BadModel(f"node {index} ('{node.name}') has no op_type")
-            attrs: dict[str, Any] = {}
-            for attr in node.attribute:
-                if attr.type not in _ATTR_TYPES:  # onnx's checker and onnxruntime refuse these too
-                    raise BadModel(f"node '{node.name or node.op_type}': attribute '{attr.name}' has no valid type "
-                                   f"({attr.type})")
-                if attr.type == AttributeProto.GRAPH:
-                    attrs[attr.name] = self.graph(attr.g, graph, ir_version)
-                elif attr.type == AttributeProto.GRAPHS:
-                    attrs[attr.name] = [self.graph(sub, graph, ir_version) for sub in attr.graphs]
+        """Each op keeps its NodeProto serialized (``OpData.template``; ~24 bytes for a Relu)
+        and its attributes unparsed until a pass reads them; ops with subgraphs keep a parsed
+        copy without the bodies, which become nested ``Graph``s."""
+        current: list[Any] = [None]
+
+        def records() -> Iterator[tuple]:
+            intern = sys.intern
+            for index, node in enumerate(nodes):
+                current[0] = node
+                op_type = node.op_type
+                if not op_type:
+                    raise BadModel(f"node {index} ('{node.name}') has no op_type")
+                if len(node.attribute):
+                    attrs, template = self.attributes(graph, node, ir_version)
                 else:
-                    if attr.type == AttributeProto.TENSOR and not attr.ref_attr_name:
-                        self.tensor(attr.t)  # size and path guard only; Constant keeps its proto
-                    elif attr.type == AttributeProto.TENSORS:
-                        for t in attr.tensors:
-                            self.tensor(t)
-                    elif attr.type == AttributeProto.SPARSE_TENSOR and not attr.ref_attr_name:
-                        self.sparse(attr.sparse_tensor)
-                    elif attr.type == AttributeProto.SPARSE_TENSORS:
-                        for sparse in attr.sparse_tensors:
-                            self.sparse(sparse)
-                    attrs[attr.name] = attr
-            node_id = graph._new_op(node.op_type, node.domain, node.name, attrs, node, (index, 0))
-            try:
-                graph._connect(node_id, list(node.input), list(node.output))
-            except ValueError as err:
-                raise BadModel(f"node '{node.name or node.op_type}': {err}") from None
+                    attrs, template = NO_ATTRS, node.SerializeToString()
+                yield intern(op_type), intern(node.domain), node.name, attrs, template, tuple(node.input), \
+                    tuple(node.output)
+
+        try:
+            graph._load_ops(records())
+        except ValueError as err:
+            node = current[0]
+            raise BadModel(f"node '{node.name or node.op_type}': {err}") from None
+
+    def attributes(self, graph: Graph, node: NodeProto, ir_version: int) -> tuple[dict[str, Any] | None, Any]:
+        """(attrs, template) of an op with attributes: (None, its bytes) when it has no
+        subgraph; else the attribute dict with nested ``Graph``s and a parsed template whose
+        graph attributes are emptied (``to_onnx`` writes the bodies back from the IR)."""
+        bodies: dict[str, Any] = {}
+        for attr in node.attribute:
+            if attr.type not in _ATTR_TYPES:  # onnx's checker and onnxruntime refuse these too
+                raise BadModel(f"node '{node.name or node.op_type}': attribute '{attr.name}' has no valid type "
+                               f"({attr.type})")
+            if attr.type == AttributeProto.GRAPH:
+                bodies[attr.name] = self.graph(attr.g, graph, ir_version)
+            elif attr.type == AttributeProto.GRAPHS:
+                bodies[attr.name] = [self.graph(sub, graph, ir_version) for sub in attr.graphs]
+            elif attr.type == AttributeProto.TENSOR and not attr.ref_attr_name:
+                self.tensor(attr.t)  # size and path guard only; Constant keeps its proto
+            elif attr.type == AttributeProto.TENSORS:
+                for t in attr.tensors:
+                    self.tensor(t)
+            elif attr.type == AttributeProto.SPARSE_TENSOR and not attr.ref_attr_name:
+                self.sparse(attr.sparse_tensor)
+            elif attr.type == AttributeProto.SPARSE_TENSORS:
+                for sparse in attr.sparse_tensors:
+                    self.sparse(sparse)
+        if not bodies:
+            return None, node.SerializeToString()
+        shell = NodeProto()
+        shell.CopyFrom(node)
+        attrs: dict[str, Any] = {}
+        for attr in shell.attribute:
+            if attr.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+                attr.ClearField("g")
+                del attr.graphs[:]
+            attrs[attr.name] = attr
+        for name, body in bodies.items():
+            attrs[name] = body
+        return attrs, shell
 
     def check_defined(self, graph: Graph, where: str) -> None:
         """Every value must come from somewhere: a producer, an input, an initializer, or — in a
         subgraph — an enclosing scope (checked when the parent is checked)."""
         if graph.parent is not None:
             return
-        for value in graph.values():
+        for value in [v for v, producers in graph._pred.items() if not producers and type(v) is str]:
             if graph.is_free(value):
                 user = next(iter(graph.nx.successors(value)), None)
                 via = ""
@@ -150,11 +201,13 @@ class _Loader:
         body.proto_shell = shell_of(proto, ("node", "input", "output", "value_info"))
         for name in proto.input:
             body.inputs[name] = None
-            body.nx.add_node(name)
+            body._add_value(name)
         for name in proto.output:
             body.outputs[name] = None
-            body.nx.add_node(name)
-        for info in proto.value_info:
+            body._add_value(name)
+        own = FunctionProto()
+        own.value_info.extend(proto.value_info)
+        for info in own.value_info:
             check_value_type(info.type, info.name)
             body.value_info[info.name] = info
         self.nodes(body, proto.node, ir_version)
@@ -187,23 +240,55 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def from_onnx(proto: ModelProto, base_dir: str | None = None) -> Model:
-    """Build the IR. Raises BadModel/UnsafePath for models that cannot be represented safely."""
+@contextlib.contextmanager
+def gc_frozen() -> Iterator[None]:
+    """Keep the cyclic collector off the objects that exist now, for the block's duration.
+
+    The IR of a big model is millions of tracked containers that the block (a pass manager
+    run, an analysis) keeps alive anyway; a full collection during it would walk all of them
+    (1.6 s per collection on a million-node graph) to find nothing. Frozen, they are skipped;
+    objects the block makes are collected as usual, and ``unfreeze`` gives the old ones back to
+    the collector afterwards, so nothing is kept past its time. A no-op when something froze
+    objects already (an outer ``gc_frozen``, or the application itself).
+    """
+    if gc.get_freeze_count():
+        yield
+        return
+    thresholds = gc.get_threshold()
+    gc.freeze()
+    # Young collections stay, less often: a pass that lists a million nodes makes a million
+    # handles, and at the default 700 allocations the collector would walk that growing list
+    # ~20 times (its full collections see a small heap while the model is frozen).
+    gc.set_threshold(max(thresholds[0], YOUNG_THRESHOLD_FROZEN), *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+
+
+YOUNG_THRESHOLD_FROZEN = 100_000
+
+
+def from_onnx(proto: ModelProto, base_dir: str | None = None, main_nodes: Iterable[NodeProto] | None = None) -> Model:
+    """Build the IR. Raises BadModel/UnsafePath for models that cannot be represented safely.
+    ``main_nodes``: the main graph's nodes, when ``proto`` holds them elsewhere (``io.load``
+    parses a huge graph's nodes in chunks)."""
     with gc_paused():
         try:
-            return _from_onnx(proto, base_dir)
+            return _from_onnx(proto, base_dir, main_nodes)
         except UnicodeDecodeError:
             # proto2 strings are not validated by the parser; Python decodes them on access
             raise BadModel("a name or string field of the model is not valid UTF-8") from None
 
 
-def _from_onnx(proto: ModelProto, base_dir: str | None) -> Model:
+def _from_onnx(proto: ModelProto, base_dir: str | None, main_nodes: Iterable[NodeProto] | None = None) -> Model:
     if not proto.HasField("graph"):
         raise BadModel("the file holds no graph (not an ONNX model?)")
     if proto.ir_version <= 0:
         raise BadModel(f"IR version {proto.ir_version} is not valid")
     loader = _Loader(base_dir)
-    graph = loader.graph(proto.graph, None, proto.ir_version)
+    graph = loader.graph(proto.graph, None, proto.ir_version, main_nodes)
     functions = [loader.function(fn, proto.ir_version) for fn in proto.functions]
     shell = shell_of(proto, ("graph", "functions"))
     return Model(graph=graph, proto_shell=shell, functions=functions, base_dir=base_dir)

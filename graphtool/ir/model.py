@@ -71,6 +71,22 @@ class Model:
             for graph in fn.body.walk():
                 yield _scope(graph, f"function {fn.domain}:{fn.name}"), graph
 
+    def copy(self) -> "Model":
+        """An independent copy, built from the IR itself (no serialization): ``Graph.copy``."""
+        shell = ModelProto()
+        shell.CopyFrom(self.proto_shell)
+        functions = []
+        for fn in self.functions:
+            fn_shell = FunctionProto()
+            fn_shell.CopyFrom(fn.proto_shell)
+            functions.append(Function(fn.body.copy(), fn_shell))
+        return Model(graph=self.graph.copy(), proto_shell=shell, functions=functions, base_dir=self.base_dir)
+
+    def pristine(self) -> bool:
+        """True while no graph of the model had an op added or removed or an edge edited since
+        load, and each one's file order was topological (its ids are then its load order)."""
+        return all(graph._pristine and graph._in_order for _, graph in self.graphs())
+
     def node_count(self) -> int:
         """Op nodes in the main graph and all its subgraphs (functions counted separately)."""
         return sum(len(g) for g in self.graph.walk())

@@ -88,6 +88,13 @@ class Tensor:
             return shell_of(self._proto, DATA_FIELDS)
         return TensorProto(name=self._name, dims=self.dims, data_type=self.data_type)
 
+    def copy(self) -> "Tensor":
+        """The same tensor for a copied model: the proto is shared (no one edits it in place),
+        an array-backed tensor's array is copied (its reader may)."""
+        if self._proto is not None:
+            return Tensor(self._proto, self.external)
+        return Tensor(array=np.array(self._array, copy=True), name=self._name)
+
     def renamed(self, name: str) -> "Tensor":
         if self._proto is None:
             return Tensor(array=self._array, name=name)

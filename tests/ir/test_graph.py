@@ -120,3 +120,112 @@ def test_lazy_external_tensor_reads_nothing_until_asked(tmp_path):
     assert w1.external is not None and w1._array is None
     assert w1.nbytes == 64 * 64 * 4 and w1.dims == (64, 64)
     assert w1.numpy().shape == (64, 64)
+
+
+# ------------------------------------------------------------------ the compact records (issue 19)
+
+
+def _chain_model(n: int, ops: tuple[str, ...] = ("Relu",)):
+    nodes = [helper.make_node(ops[i % len(ops)], [f"v{i}"], [f"v{i + 1}"], name=f"n{i}") for i in range(n)]
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "chain", [vi("v0", TensorProto.FLOAT, [2])], [vi(f"v{n}", TensorProto.FLOAT, [2])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_networkx_dicts_shared_by_many_refuse_writes():
+    """Key dicts, edge data and value attributes are shared: NetworkX's writers must fail loudly."""
+    g = io.load_proto(_chain_model(3)).graph
+    relu = g.nodes()[0]
+    with pytest.raises(TypeError, match="shared"):
+        g.nx.add_edge("v0", relu.id, key=0, weight=1)
+    with pytest.raises(TypeError):
+        g.nx.nodes["v1"]["color"] = "red"
+    # the reading API sees an ordinary MultiDiGraph
+    assert list(g.nx.in_edges(relu.id, keys=True)) == [("v0", relu.id, 0)]
+    assert g.nx.has_edge(relu.id, "v1", key=0) and g.nx.nodes[relu.id]["op_type"] == "Relu"
+
+
+def test_copy_is_independent_and_serializes_the_same():
+    m = _load("if_subgraph")
+    copy = m.copy()
+    assert io.to_bytes(copy) == io.to_bytes(m)
+    branch = copy.graph.nodes("If")[0]
+    then_g = branch.attrs["then_branch"]
+    assert then_g.parent is copy.graph and then_g is not m.graph.nodes("If")[0].attrs["then_branch"]
+    before = io.to_bytes(m)
+    g = copy.graph
+    first = g.topological_order()[0]
+    g.set_input(first, 0, first.inputs[0])  # no-op
+    neg = g.add_node("Neg", [first.outputs[0]], 1, near=first)
+    g.replace_all_uses(first.outputs[0], neg.outputs[0])
+    g.set_input(neg, 0, first.outputs[0])
+    for info in g.value_info.values():
+        info.doc_string = "edited"
+    assert io.to_bytes(m) == before  # nothing reached the original
+    assert io.to_bytes(copy) != before
+
+
+def test_edges_only_edit_reuses_the_template_bytes():
+    """An op whose inputs changed is written by splicing its template (``to_onnx._with_io``): the
+    same bytes as building the NodeProto field by field."""
+    from graphtool.ir.graph import EDITED
+    from graphtool.ir.to_onnx import _node_bytes, node_to_proto
+
+    m = _load("conv_bn")
+    g = m.graph
+    conv = g.nodes("Conv")[0]
+    g.set_input(conv, 0, conv.inputs[0])  # unchanged: not even marked
+    assert not conv._data.dirty
+    other = g.add_node("Identity", [conv.inputs[0]], 1)
+    g.set_input(conv, 0, other.outputs[0])
+    assert conv._data.dirty and conv._data.dirty != EDITED
+    spliced = _node_bytes(conv, lambda t: t.proto)
+    assert spliced == node_to_proto(conv).SerializeToString()
+    assert onnx.NodeProto.FromString(spliced).input[0] == other.outputs[0]
+    conv.attrs  # parsed template: the same splice from the parsed form
+    assert _node_bytes(conv, lambda t: t.proto) == spliced
+
+
+def test_huge_graphs_load_from_node_chunks(monkeypatch, tmp_path):
+    """io.load builds a big main graph from chunks of its node records (the parse of all nodes
+    is never alive beside the IR); the result is the same IR, byte for byte, wherever the node
+    records sit in the file (here: split by the graph's name and doc string)."""
+    model = _chain_model(11, ("Relu", "Neg", "Abs"))
+    model.graph.doc_string = "d"
+    g = model.graph
+    nodes = [n.SerializeToString() for n in g.node]
+    head = onnx.GraphProto()
+    head.CopyFrom(g)
+    del head.node[:]
+    from graphtool.ir.protos import key, varint
+
+    def rec(field, body):
+        return key(field) + varint(len(body)) + body
+
+    graph_bytes = (b"".join(rec(1, b) for b in nodes[:4]) + rec(2, b"chain") + b"".join(rec(1, b) for b in nodes[4:9])
+                   + rec(10, b"d") + b"".join(rec(1, b) for b in nodes[9:]) + head.SerializeToString())
+    shell = onnx.ModelProto()
+    shell.CopyFrom(model)
+    shell.ClearField("graph")
+    path = tmp_path / "m.onnx"
+    path.write_bytes(shell.SerializeToString() + rec(7, graph_bytes))
+    expected = onnx.load(str(path)).SerializeToString()
+    whole = io.load(path)
+    monkeypatch.setattr(io, "BATCH_NODES", 2)
+    monkeypatch.setattr(io, "NODES_PER_CHUNK", 3)
+    chunks = []
+    real = io._chunked_nodes
+    monkeypatch.setattr(io, "_chunked_nodes", lambda parts: (chunks.extend(parts), real(list(parts)))[1])
+    chunked = io.load(path)
+    assert len(chunks) == 5  # 3+1 | 3+2 | 1 records: a chunk ends where another field interrupts
+    assert io.to_bytes(chunked) == io.to_bytes(whole) == expected
+    assert [n.name for n in chunked.graph.topological_order()] == [f"n{i}" for i in range(11)]
+
+
+def test_file_order_that_is_not_topological_is_sorted_and_cycles_found():
+    model = _chain_model(4)
+    model.graph.node.reverse()  # every op read before it is produced
+    m = io.load_proto(model)
+    assert not m.graph._in_order
+    assert [n.name for n in m.graph.topological_order()] == ["n0", "n1", "n2", "n3"]
+    assert not m.pristine()  # copied through serialization (renumbered), not structurally
