@@ -108,7 +108,7 @@ def _facts(graph: Graph, branch: Graph) -> dict[str, tuple[Dims, int | None]]:
 
 
 def _info(name: str, elem_type: int, dims: Dims) -> ValueInfoProto:
-    return helper.make_tensor_value_info(name, elem_type, [d if d is not None else None for d in dims])
+    return helper.make_tensor_value_info(name, elem_type, dims)
 
 
 @register(level=1, priority=14)

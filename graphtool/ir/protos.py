@@ -71,21 +71,9 @@ def split_at_field(data: bytes, field: int) -> tuple[bytes, bytes]:
     pos = 0
     while pos < len(data):
         start = pos
-        tag, pos = _read_varint(data, pos)
-        number, wire = tag >> 3, tag & 7
-        if number > field:
+        if _read_varint(data, pos)[0] >> 3 > field:
             return data[:start], data[start:]
-        if wire == 0:
-            _, pos = _read_varint(data, pos)
-        elif wire == 1:
-            pos += 8
-        elif wire == 2:
-            length, pos = _read_varint(data, pos)
-            pos += length
-        elif wire == 5:
-            pos += 4
-        else:
-            raise ValueError(f"unexpected wire type {wire} in a serialized model")
+        pos += _record_size(data, pos)
     return data, b""
 
 
