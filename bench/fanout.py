@@ -48,7 +48,7 @@ from graphtool import sandbox
 try:
     main()
 finally:
-    sandbox._WORKER.stop()
+    sandbox.shutdown()
 """
 
 

@@ -231,7 +231,13 @@ def _clusters(og: Graph, rg: Graph) -> tuple[dict[int, list[Node]], dict[int, li
     return clusters, helpers, extra
 
 
-def trace_fusions(original: Model, rewritten: Model, max_region: int = 256) -> Trace:
+def index_original(original: Model) -> "_Original":
+    """The original's indexes (order, constants, value numbers), for callers that trace several
+    rewritten models against one original (compare: ORT's graph and graphtool's)."""
+    return _Original(original.graph)
+
+
+def trace_fusions(original: Model, rewritten: Model, max_region: int = 256, index: "_Original | None" = None) -> Trace:
     """Map every node of ``rewritten``'s main graph to the original ops it replaced.
 
     1. Values of ``rewritten`` whose names the original does not have are internal to a rewrite:
@@ -249,13 +255,15 @@ def trace_fusions(original: Model, rewritten: Model, max_region: int = 256) -> T
        node; each of them is traced on its own), and a cluster whose region outgrows ``max_region`` + 16 per clustered node, which keeps the
        whole trace linear in the graph's size even when many boundaries are lost.
     """
-    return trace_graphs(original.graph, rewritten.graph, max_region)
+    if index is not None and index.graph is not original.graph:
+        raise ValueError("trace_fusions: the index was built for another model")
+    return trace_graphs(original.graph, rewritten.graph, max_region, index)
 
 
-def trace_graphs(og: Graph, rg: Graph, max_region: int = 256) -> Trace:
+def trace_graphs(og: Graph, rg: Graph, max_region: int = 256, index: "_Original | None" = None) -> Trace:
     """``trace_fusions`` for one pair of graphs (a main graph, or the same subgraph on both sides:
     values read from an enclosing scope are sources, like initializers)."""
-    orig = _Original(og)
+    orig = index if index is not None else _Original(og)
     clusters, helpers, extra = _clusters(og, rg)
     trace = Trace()
     covered: set[int] = set()
@@ -315,8 +323,32 @@ def _is_layout_plumbing(domain: str, op_type: str) -> bool:
     return domain == "com.microsoft.nchwc" and op_type.startswith("Reorder")
 
 
+def _unchanged(orig: _Original, node: Node) -> Fusion | None:
+    """A node that stands in the original as it is (same op, same outputs, inputs holding the same
+    values): most nodes of an optimized graph. The general walk gives the same answer, ~5x slower."""
+    og = orig.graph
+    outputs = node.outputs
+    first = next((v for v in outputs if v), None)
+    before = og.producer(first) if first is not None else None
+    if (before is None or before.op_type != node.op_type or before.domain != node.domain
+            or before.outputs != outputs or node.subgraphs() or node.domain == "com.microsoft.nchwc"):
+        return None
+    now, then = node.inputs, before.inputs
+    if len(now) != len(then):
+        return None
+    for a, b in zip(now, then):
+        if a != b and (not a or not b or not og.has_value(a) or orig.num(a) != orig.num(b)):
+            return None
+    new_ops = [("" if node.domain == "ai.onnx" else node.domain, node.op_type)]
+    return Fusion(new_ops, [node.name], [before.id], [before.op_type], [], "unchanged", Counter(), [node.id])
+
+
 def _trace_cluster(orig: _Original, rg: Graph, members: list[Node], max_region: int,
                    helper_inputs: Iterable[str] = ()) -> Fusion:
+    if len(members) == 1 and not helper_inputs:
+        fast = _unchanged(orig, members[0])
+        if fast is not None:
+            return fast
     og = orig.graph
     ids = {n.id for n in members}
     new_ops = [("" if n.domain == "ai.onnx" else n.domain, n.op_type) for n in members]

@@ -92,6 +92,7 @@ def compare_peers(model: Any, path: str, peers: list[str], level: int = 1, targe
     from graphtool.inspect import op_histogram
     from graphtool.optimize import optimize
     from graphtool.compare import compare_fusions, histogram_diff, trace_fusions
+    from graphtool.fusion_trace import index_original
     from graphtool.verify import find_inputs, verify
 
     start = time.perf_counter()
@@ -100,7 +101,8 @@ def compare_peers(model: Any, path: str, peers: list[str], level: int = 1, targe
     if input_sets is None:
         input_sets = find_inputs(model, path).sets
     ours_check = verify(model, ours, input_sets=input_sets)
-    ours_trace = trace_fusions(model, ours)
+    index = index_original(model)  # one index of the original for every peer's trace
+    ours_trace = trace_fusions(model, ours, index=index)
     report: dict[str, Any] = {
         "schema": "graphtool.compare-peers/1", "model": path, "level": level, "target": target,
         "nodes_before": model.node_count(),
@@ -131,7 +133,7 @@ def compare_peers(model: Any, path: str, peers: list[str], level: int = 1, targe
                 entry["skipped"] = f"{tool}'s result does not load: {err}"
                 report["peers"].append(entry)
                 continue
-            fusions = compare_fusions(trace_fusions(model, result), ours_trace)
+            fusions = compare_fusions(trace_fusions(model, result, index=index), ours_trace)
             try:
                 check = verify(model, result, input_sets=input_sets)
                 entry["outputs"] = {"ok": check.ok, "summary": check.summary()}

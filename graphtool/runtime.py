@@ -56,14 +56,31 @@ def make_session(model: Model | str | bytes, level: str = "off", threads: int = 
                 with tempfile.TemporaryDirectory() as tmp:
                     path = os.path.join(tmp, "model.onnx")
                     io.save(model, path, external=True)
-                    return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+                    return _open(path, opts, segment=level == "off" and not optimized_path and not local)
             model = io.to_bytes(model)
-        return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+        return _open(model, opts, segment=level == "off" and not optimized_path and not local)
     except (ort.capi.onnxruntime_pybind11_state.Fail, ort.capi.onnxruntime_pybind11_state.InvalidGraph,
             ort.capi.onnxruntime_pybind11_state.InvalidArgument, ort.capi.onnxruntime_pybind11_state.NotImplemented,
             ort.capi.onnxruntime_pybind11_state.RuntimeException,
             ort.capi.onnxruntime_pybind11_state.InvalidProtobuf) as err:
         raise BadModel(f"onnxruntime cannot load the model: {_first_line(err)}") from None
+
+
+def _open(source: str | bytes, opts: ort.SessionOptions, segment: bool) -> Any:
+    """One session, or for a huge graph run with optimizations off, a ``SegmentedSession``
+    (onnxruntime's session build is quadratic in the node count; see graphtool.segmented)."""
+    if segment:
+        from graphtool.segmented import open_segmented
+
+        def open_piece(piece: bytes, folder: str | None) -> ort.InferenceSession:
+            if folder:
+                opts.add_session_config_entry("session.model_external_initializers_file_folder_path", folder)
+            return ort.InferenceSession(piece, opts, providers=["CPUExecutionProvider"])
+
+        segmented = open_segmented(os.fspath(source) if not isinstance(source, bytes) else source, open_piece)
+        if segmented is not None:
+            return segmented
+    return ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
 
 
 def _first_line(err: Exception) -> str:

@@ -97,8 +97,10 @@ def configure(memory_limit: str | int | None = None, time_limit: float | None = 
         time_limit = float(os.environ.get("GRAPHTOOL_TIME_LIMIT") or DEFAULT_TIME_LIMIT)
     if time_limit <= 0:
         raise UsageError(f"--time-limit {time_limit}: must be positive")
-    if memory != CONFIG.memory and _WORKER.proc is not None:
-        _WORKER.stop()
+    if memory != CONFIG.memory:
+        for worker in _WORKERS.values():
+            if worker.proc is not None:
+                worker.stop()
     CONFIG.memory, CONFIG.time = memory, time_limit
 
 
@@ -218,6 +220,62 @@ class _Worker:
 
 
 _WORKER = _Worker()
+# Children beside the main one, by job: verification's reference (``verify.ReferenceJob``) and
+# compare's ORT optimizer run in their own while the passes fold constants in the main one, so
+# none waits for another's minutes-long session build on a huge graph. Each has the same limits.
+_WORKERS: dict[str, _Worker] = {"main": _WORKER}
+_LOCAL = threading.local()
+
+
+def _current() -> _Worker:
+    return getattr(_LOCAL, "worker", _WORKER)
+
+
+@contextlib.contextmanager
+def child(name: str) -> Iterator[None]:
+    """Calls from this thread, inside the block, go to the child named ``name`` (started on first use)."""
+    worker = _WORKERS.get(name)
+    if worker is None:
+        worker = _WORKERS[name] = _Worker()
+    previous = getattr(_LOCAL, "worker", None)
+    _LOCAL.worker = worker
+    try:
+        yield
+    finally:
+        _LOCAL.worker = previous if previous is not None else _WORKER
+
+
+class Background:
+    """``fn()`` in a thread whose onnxruntime calls go to the child ``child``, started now when
+    sessions are sandboxed (the thread mostly waits on that child's pipe, so graphtool's own work
+    goes on beside it); otherwise ``result()`` runs it (in-process ORT would hold this CPU)."""
+
+    def __init__(self, fn: Callable[[], Any], child: str = "main") -> None:
+        self._fn, self._child = fn, child
+        self._done, self._value, self._error = False, None, None
+        self._thread: threading.Thread | None = None
+        if sessions_enabled():
+            self._thread = threading.Thread(target=self._work, name=f"graphtool-{child}", daemon=True)
+            self._thread.start()
+
+    def _work(self) -> None:
+        try:
+            with child(self._child):
+                self._value = self._fn()
+        except BaseException as err:  # noqa: BLE001 - re-raised by result(), in the caller's thread
+            self._error = err
+        self._done = True
+
+    def result(self) -> Any:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        elif not self._done:
+            self._work()
+        if self._error is not None:
+            raise self._error
+        value, self._value = self._value, None  # the caller owns it now (an open session, say)
+        return value
 
 
 def call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -231,7 +289,7 @@ def call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
     if not CONFIG.memory:
         configure()
-    return _WORKER.call(what, fn, args, kwargs)
+    return _current().call(what, fn, args, kwargs)
 
 
 def prewarm() -> None:
@@ -246,9 +304,11 @@ def prewarm() -> None:
 
 
 def shutdown() -> None:
-    """Stop the child (tests; the child also exits on its own when graphtool's stdin pipe closes)."""
-    with _WORKER.lock:
-        _WORKER.stop()
+    """Stop the children (tests, benchmarks that count their CPU; a child also exits on its own
+    when graphtool's stdin pipe closes)."""
+    for worker in list(_WORKERS.values()):
+        with worker.lock:
+            worker.stop()
 
 
 # ------------------------------------------------------------------------------- jobs for the child
@@ -293,7 +353,19 @@ def _ort_session(source: str | bytes, level: str = "off", threads: int = 1, opti
     if optimized_path:
         opts.optimized_model_filepath = optimized_path
     state = ort.capi.onnxruntime_pybind11_state
+
+    def open_piece(piece: bytes, folder: str | None) -> Any:
+        if folder:  # the segment's external weights are where the model's were
+            opts.add_session_config_entry("session.model_external_initializers_file_folder_path", folder)
+        return ort.InferenceSession(piece, opts, providers=["CPUExecutionProvider"])
+
     try:
+        if level == "off" and not optimized_path:  # a huge graph opens in linear time as segments
+            from graphtool.segmented import open_segmented
+
+            segmented = open_segmented(source, open_piece)
+            if segmented is not None:
+                return segmented
         return ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
     except (state.Fail, state.InvalidGraph, state.InvalidArgument, state.NotImplemented, state.RuntimeException,
             state.InvalidProtobuf, state.NoSuchFile) as err:
@@ -353,13 +425,15 @@ class RemoteSession:
     ``InferenceSession`` graphtool uses (inputs, outputs, overridable initializers, run), with
     the session itself living in the child."""
 
-    def __init__(self, source: str | bytes, level: str, threads: int, optimized_path: str | None) -> None:
+    def __init__(self, source: str | bytes, level: str, threads: int, optimized_path: str | None,
+                 what: str = "loading this model") -> None:
         self._sid = None
-        self._generation = _WORKER.generation
+        self._worker = _current()  # the session lives in that child: every later call goes there
+        self._generation = self._worker.generation
         with spilled(source) as arg:
             sid, self._inputs, self._outputs, self._overridable = call(
-                "loading this model", session_open, arg, level, threads, optimized_path)
-        self._generation, self._sid = _WORKER.generation, sid
+                what, session_open, arg, level, threads, optimized_path)
+        self._generation, self._sid = self._worker.generation, sid
 
     def get_inputs(self) -> list[Any]:
         return self._inputs
@@ -371,13 +445,15 @@ class RemoteSession:
         return self._overridable
 
     def run(self, output_names: list[str] | None, input_feed: dict[str, Any], run_options: Any = None) -> list[Any]:
-        if self._generation != _WORKER.generation:
+        if self._generation != self._worker.generation:
             raise LimitHit("the onnxruntime session was lost: its child process was restarted after a failure")
-        return call("running this model", session_run, self._sid, output_names, input_feed)
+        if not CONFIG.memory:
+            configure()
+        return self._worker.call("running this model", session_run, (self._sid, output_names, input_feed), {})
 
     def __del__(self) -> None:
-        if self._sid is not None and self._generation == _WORKER.generation:
-            _WORKER.closing.append(self._sid)  # closed with the next request: no I/O inside a finalizer
+        if self._sid is not None and self._generation == self._worker.generation:
+            self._worker.closing.append(self._sid)  # closed with the next request: no I/O inside a finalizer
 
 
 SESSIONS = False  # sandbox every session make_session creates (the CLI turns it on)

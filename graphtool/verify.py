@@ -237,8 +237,11 @@ class ReferenceJob:
             self._thread.start()
 
     def _work(self) -> None:
+        from graphtool import sandbox
+
         try:
-            self._side = _reference_side(*self._args)
+            with sandbox.child("reference"):  # its own child: the passes' folds never wait behind it
+                self._side = _reference_side(*self._args)
         except BaseException as err:  # noqa: BLE001 - re-raised by result(), in the caller's thread
             self._error = err
 

@@ -57,31 +57,29 @@ def compare_command(model_path: str, levels: str, target: str, latency: bool, ru
     model = io.load(model_path)
     model_inputs = [n for n in model.graph.inputs if n not in model.graph.initializers]
     shapes, feeds, values = resolve_inputs(model_inputs, input_shapes, inputs_file, input_values)
-    from graphtool.discover import InputSet
-
-    sets = [InputSet(feeds, "given set 1")] if feeds is not None else None
-    if feeds is None:  # inputs the original runs on, found as optimize's verification finds them
-        from graphtool.optimize import require_schema_valid
-        from graphtool.verify import find_inputs
-
-        require_schema_valid(model)  # a broken op is named as such, before onnxruntime's load error
-        sets = find_inputs(model, model_path, shapes, values, seed).sets
-        feeds = sets[0].feeds
     if peers:
+        from graphtool.discover import InputSet
+        from graphtool.optimize import require_schema_valid
         from graphtool.peers import compare_peers, format_peers
 
+        require_schema_valid(model)  # a broken op is named as such, before onnxruntime's load error
+        from graphtool.verify import find_inputs
+
+        sets = [InputSet(feeds, "given set 1")] if feeds is not None else find_inputs(
+            model, model_path, shapes, values, seed).sets  # inputs the original runs on, as optimize finds them
         names = [p.strip() for p in peers.split(",") if p.strip()]
         report_peers = compare_peers(model, model_path, names, level=peer_level, target=target, input_sets=sets)
         emit(report_peers, as_json, format_peers(report_peers))
         return
+    from graphtool.verify import ReferenceJob
+
+    # graphtool's optimize checks the schema first, so a broken op is named as such before any
+    # onnxruntime load error from these two jobs surfaces. Input discovery and the original's outputs start now, in the sandbox child, beside the optimizers
+    reference = ReferenceJob(model, model_path, seed=seed, input_shapes=shapes, feeds=feeds, input_values=values)
     progress = (lambda msg: click.echo(f"… {msg}", err=True)) if sys.stderr.isatty() else None
     pairs: dict = {}
-    from graphtool.coverage import strip_markers
-
-    known = strip_markers(sets[0].outputs) if sets and sets[0].outputs is not None else None
     report = compare(model, wanted, target, latency=latency, runs=runs, warmup=warmup, seed=seed,
-                     path=model_path, on_step=progress, models=pairs if html_out else None, feeds=feeds,
-                     original_outputs=known)  # the original ran on these feeds during discovery
+                     path=model_path, on_step=progress, models=pairs if html_out else None, reference=reference)
     if html_out:
         page = to_html(report, diff_sections(pairs))
         with io.atomic_file(html_out) as handle:

@@ -7,9 +7,9 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from graphtool.compare.run import layout_notes, measure_latency, ort_optimized, output_diffs
+from graphtool.compare.run import layout_notes, measure_latency, ort_job, ort_optimized_session, output_diffs
 from graphtool.compare.schema import ORT_LEVELS, SCHEMA
-from graphtool.fusion_trace import Fusion, Trace, trace_fusions
+from graphtool.fusion_trace import Fusion, Trace, index_original, trace_fusions
 from graphtool.fusion_trace import group_fusions as _group
 from graphtool.inspect import op_histogram
 from graphtool.ir.model import Model
@@ -87,17 +87,28 @@ def _side(model: Model, trace: Trace | None = None) -> dict[str, Any]:
 def compare_level(original_model: Model, optimized_model: Model, level: int, target: str = "onnx",
                   ort_model: Model | None = None, seed: int = 0,
                   feeds: dict[str, np.ndarray] | None = None,
-                  original_outputs: dict[str, Any] | None = None) -> dict[str, Any]:
+                  original_outputs: dict[str, Any] | None = None, ort_session: Any = None,
+                  index: Any = None) -> dict[str, Any]:
     """ORT's graph at ``level`` beside graphtool's ``optimized_model`` (optimized at that level).
 
     This is what ``graphtool optimize --compare-ort`` prints (through ``format_compare``) and
     what ``graphtool compare`` builds once per level. ``ort_model`` can be passed when the caller
-    already has ORT's graph; otherwise ORT optimizes ``original_model`` here.
+    already has ORT's graph (and ``ort_session``, the session that made it, which then gives its
+    outputs); otherwise ORT optimizes ``original_model`` here. ``index``: the original's
+    ``fusion_trace.index_original``, when the caller traces it more than once.
     """
     if ort_model is None:
-        ort_model = ort_optimized(original_model, level)
-    ort_trace = trace_fusions(original_model, ort_model)
-    our_trace = trace_fusions(original_model, optimized_model)
+        ort_model, ort_session = ort_optimized_session(original_model, level)
+    from graphtool import sandbox
+
+    # the outputs: sessions in the sandbox child, while the traces run here
+    outputs = sandbox.Background(lambda: output_diffs(
+        {"original": original_model, "ort": ort_model, "graphtool": optimized_model}, seed=seed, feeds=feeds,
+        known={"original": original_outputs} if original_outputs is not None else None,
+        sessions={"ort": ort_session} if ort_session is not None else None))
+    index = index if index is not None else index_original(original_model)  # read by both traces
+    ort_trace = trace_fusions(original_model, ort_model, index=index)
+    our_trace = trace_fusions(original_model, optimized_model, index=index)
     ort_side, our_side = _side(ort_model, ort_trace), _side(optimized_model, our_trace)
     return {
         "level": level,
@@ -109,9 +120,7 @@ def compare_level(original_model: Model, optimized_model: Model, level: int, tar
         "graphtool": our_side,
         "op_diff": histogram_diff(ort_side["op_histogram"], our_side["op_histogram"]),
         "fusions": compare_fusions(ort_trace, our_trace),
-        "outputs": output_diffs({"original": original_model, "ort": ort_model, "graphtool": optimized_model},
-                                seed=seed, feeds=feeds,
-                                known={"original": original_outputs} if original_outputs is not None else None),
+        "outputs": outputs.result(),
         "notes": layout_notes(ort_model),
     }
 
@@ -133,12 +142,15 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
             feeds: dict[str, np.ndarray] | None = None,
             on_step: Callable[[str], None] | None = None,
             models: dict[int, tuple[Model, Model]] | None = None,
-            original_outputs: dict[str, Any] | None = None) -> dict[str, Any]:
+            original_outputs: dict[str, Any] | None = None, reference: Any = None) -> dict[str, Any]:
     """The ``graphtool compare`` report (schema ``graphtool.compare/1``, see ``JSON_SCHEMA``).
 
     ``models``, when given, receives {level: (ORT's graph, graphtool's graph)} for callers that
     render the graphs themselves (``--html``). ``original_outputs``: the original's outputs on
     ``feeds`` when the caller has them (input discovery ran it): its session is not built again.
+    ``reference``: a ``verify.ReferenceJob`` started for ``model`` (input discovery and the
+    original's outputs, in the sandbox child while graphtool and ORT optimize); its first input
+    set and outputs stand for ``feeds`` and ``original_outputs``.
     """
     from graphtool.optimize import optimize
 
@@ -152,7 +164,9 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
         "levels": [],
         "latency": None,
     }
-    for level in levels:
+    index = None
+    pending = ort_job(model, levels[0]) if levels else None  # ORT optimizes while graphtool does
+    for i, level in enumerate(levels):
         our_level = graphtool_level_for(level, target)
         if our_level not in ours:
             if on_step:
@@ -160,9 +174,16 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
             ours[our_level] = optimize(model, level=our_level, target=target)[0]
         if on_step:
             on_step(f"onnxruntime level {level} ({ORT_LEVELS[level]})")
-        ort_model = ort_optimized(model, level)
+        assert pending is not None
+        ort_model, ort_session = pending.result()
+        pending = ort_job(model, levels[i + 1]) if i + 1 < len(levels) else None
+        if reference is not None:
+            side = reference.result()
+            feeds, original_outputs, reference = side.input_sets[0].feeds, side.expected[0], None
+        index = index if index is not None else index_original(model)
         entry = compare_level(model, ours[our_level], level, target, ort_model=ort_model, seed=seed, feeds=feeds,
-                              original_outputs=original_outputs)
+                              original_outputs=original_outputs, ort_session=ort_session, index=index)
+        del ort_session  # its child-side session closes before the next level's opens
         if models is not None:
             models[level] = (ort_model, ours[our_level])
         entry["graphtool_level"] = our_level  # L3 compares against graphtool's L2 until it has L3 passes

@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from graphtool import io
+from graphtool import io, sandbox
 from graphtool.compare.schema import LATENCY_ORT_LEVELS, ORT_LEVELS
 from graphtool.inspect import op_histogram
 from graphtool.ir.model import Model
@@ -19,11 +19,22 @@ from graphtool.runtime import make_session, random_inputs
 from graphtool.verify import compare_arrays
 
 def ort_optimized(model: Model, level: int) -> Model:
-    """The graph ORT runs at ``level`` (1 basic, 2 extended, 3 all), read back into the IR.
+    """The graph ORT runs at ``level`` (1 basic, 2 extended, 3 all), read back into the IR."""
+    return ort_optimized_session(model, level)[0]
+
+
+def ort_optimized_session(model: Model, level: int) -> tuple[Model, Any]:
+    """ORT's graph at ``level`` and the session that made it, which runs that very graph: its
+    outputs need no second session (on 200k nodes one costs ORT ~5 s to open).
 
     ORT serializes the graph after its graph transformers ran, before execution providers
     partition it; weights are written inline, so the temp folder can go once the file is read.
+    The session lives in the sandbox child when the CLI sandboxes sessions: an optimizer that
+    folds past the memory limit is one line, not a SIGKILL.
     """
+    from graphtool import sandbox
+    from graphtool.runtime import make_session
+
     with tempfile.TemporaryDirectory(prefix="graphtool-ort-") as tmp:
         path = os.path.join(tmp, "ort_optimized.onnx")
         source: bytes | str
@@ -33,16 +44,25 @@ def ort_optimized(model: Model, level: int) -> Model:
             io.save(model, source, external=True)
         else:
             source = io.to_bytes(model)
-        # in the sandbox child: an optimizer that folds past the memory limit is one line, not a SIGKILL
-        from graphtool import sandbox
-
-        with sandbox.spilled(source) as arg:
-            sandbox.call(f"optimizing this model at level {level}", sandbox.ort_optimize, arg, ORT_LEVELS[level], path)
+        what = f"optimizing this model at level {level}"
+        if sandbox.sessions_enabled():
+            with sandbox.spilled(source) as arg:
+                session: Any = sandbox.RemoteSession(arg, ORT_LEVELS[level], 1, path, what=what)
+        else:
+            session = make_session(source, ORT_LEVELS[level], optimized_path=path)
         optimized = io.load(path)
         if any(t.external is not None for _, g in optimized.graphs() for t in g.initializers.values()):
             # weights ORT wrote beside the file: read them in before the folder disappears
             optimized = io.load_proto(io.parse_model(io.to_bytes(optimized)))
-        return optimized
+        return optimized, session
+
+
+def ort_job(model: Model, level: int) -> "sandbox.Background":
+    """``ort_optimized_session`` started now in a child of its own, so ORT optimizes the model
+    while graphtool does (on 200k nodes each takes seconds)."""
+    from graphtool import sandbox
+
+    return sandbox.Background(lambda: ort_optimized_session(model, level), child="ort")
 
 
 def layout_notes(model: Model) -> list[str]:
@@ -67,16 +87,19 @@ def layout_notes(model: Model) -> list[str]:
 
 def output_diffs(models: dict[str, Model], seed: int = 0, feeds: dict[str, np.ndarray] | None = None,
                  input_shapes: dict[str, list[int]] | None = None,
-                 known: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+                 known: dict[str, dict[str, Any]] | None = None,
+                 sessions: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Max abs/rel differences between the outputs of each pair of models, on the same inputs.
 
     Every model runs with ORT's optimizations off, so an optimized file runs as it was written.
     Keys of ``models``: "original", "ort", "graphtool"; result keys: "ort_vs_graphtool",
     "ort_vs_original", "graphtool_vs_original". ``known``: outputs a model already gave on
-    ``feeds`` (the original's, from input discovery), so no session is built for it again.
+    ``feeds`` (the original's, from input discovery), so no session is built for it again;
+    ``sessions``: sessions already open for some keys (ORT's graph: the session that made it).
     """
     results: dict[str, dict[str, Any]] = dict(known or {}) if feeds is not None else {}
-    sessions = {k: make_session(m) for k, m in models.items() if k not in results}
+    opened = sessions or {}
+    sessions = {k: opened[k] if k in opened else make_session(m) for k, m in models.items() if k not in results}
     if feeds is None:
         feeds = random_inputs(sessions["original"], seed, input_shapes)
     for key, sess in sessions.items():

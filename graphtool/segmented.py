@@ -1,0 +1,208 @@
+"""Run a very large model as consecutive segments, each its own onnxruntime session.
+
+onnxruntime's session build is quadratic in the node count: its allocation planner, deciding
+whether a node needs a barrier, looks each producer up with ``std::find`` over the stream's node
+list (``core/framework/allocation_planner.cc``, ``BuildExecutionPlan``, step 4), so a chain of
+200,000 nodes takes 7.4 s to open and a million-node one about two minutes, nearly all of it in
+that search (``perf``: 45 % of the samples in one 4-way unrolled compare loop).
+
+Verification runs models with ORT's optimizations off, where every node runs the same kernel
+however the graph is cut. So a graph past ``MIN_NODES`` nodes is cut, in its (topologically
+sorted) node order, into segments of ``SEGMENT_NODES``: each segment is a model whose inputs are
+the values it reads from earlier segments or the graph's inputs and whose outputs are the values
+later segments or the graph's outputs read. The segments run in order, each on the values of the
+ones before, and the whole answers like one ``InferenceSession`` (inputs, outputs, overridable
+initializers, run). Cost: linear in the node count (0.3 s per 20,000-node segment).
+
+A value crossing a cut is declared with the element type the session that makes it reports, so
+segments open one after another. A model whose nodes are out of order, whose graph inputs are not
+all tensors, or with a non-tensor value crossing a cut is not segmented: ``open_segmented``
+returns None and the caller opens one session as before.
+
+Runs in the sandbox child, so it imports onnx and nothing of graphtool's IR.
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+from typing import Any, Callable, Iterable
+
+MIN_NODES = 60_000  # below this one session is cheaper than cutting
+SEGMENT_NODES = 20_000
+MIN_BYTES = 1 << 20  # a model file smaller than this cannot hold MIN_NODES nodes: not even parsed
+
+# (segment model bytes, folder its external data is relative to) -> an onnxruntime session
+OpenSession = Callable[[bytes, "str | None"], Any]
+
+
+class NotSegmentable(Exception):
+    """The model cannot be cut safely; one session it is."""
+
+
+def open_segmented(source: str | bytes, open_session: OpenSession) -> "SegmentedSession | None":
+    """A SegmentedSession for a model past ``MIN_NODES`` nodes, else None (the caller's one session)."""
+    size = len(source) if isinstance(source, bytes) else os.path.getsize(source)
+    if size < MIN_BYTES:
+        return None
+    import onnx
+
+    if isinstance(source, bytes):
+        model, folder = onnx.load_from_string(source), None
+    else:
+        model, folder = onnx.load(source, load_external_data=False), os.path.dirname(os.path.abspath(source))
+    if len(model.graph.node) < MIN_NODES:
+        return None
+    try:
+        return SegmentedSession(model, open_session, folder)
+    except NotSegmentable:
+        return None
+
+
+def _elem_type(type_string: str) -> int:
+    """ORT's ``tensor(float)`` → TensorProto.FLOAT; NotSegmentable for sequences, maps, optionals."""
+    from onnx import TensorProto
+
+    if not (type_string.startswith("tensor(") and type_string.endswith(")")):
+        raise NotSegmentable(f"a {type_string} value crosses a cut")
+    name = type_string[len("tensor("):-1].upper()
+    try:
+        return TensorProto.DataType.Value(name)
+    except ValueError:
+        raise NotSegmentable(f"unknown element type {type_string}") from None
+
+
+def _type_string(elem_type: int) -> str:
+    from onnx import TensorProto
+
+    return f"tensor({TensorProto.DataType.Name(elem_type).lower()})"
+
+
+def _declared(value_info: Any) -> SimpleNamespace:
+    """A graph input as ``NodeArg`` shows it: name, type string, dims (int, symbol or None)."""
+    if not value_info.type.HasField("tensor_type"):
+        raise NotSegmentable(f"graph input '{value_info.name}' is not a tensor")
+    t = value_info.type.tensor_type
+    dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
+    return SimpleNamespace(name=value_info.name, type=_type_string(t.elem_type), shape=dims)
+
+
+def _subgraph_reads(node: Any, out: set[str]) -> None:
+    """Every name a node's subgraphs read: a superset of the outer values they capture."""
+    for attr in node.attribute:
+        for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+            for inner in g.node:
+                out.update(n for n in inner.input if n)
+                _subgraph_reads(inner, out)
+
+
+class _Segment:
+    def __init__(self, start: int, stop: int) -> None:
+        self.start, self.stop = start, stop
+        self.inputs: list[str] = []  # read from earlier segments or the graph's inputs
+        self.initializers: list[str] = []
+        self.outputs: list[str] = []  # read by later segments or graph outputs
+        self.done_with: list[str] = []  # values no segment after this one reads
+        self.session: Any = None
+
+
+class SegmentedSession:
+    """One model as a pipeline of sessions (see the module's docstring)."""
+
+    def __init__(self, model: Any, open_session: OpenSession, folder: str | None,
+                 segment_nodes: int | None = None) -> None:
+        graph = model.graph
+        inits = {t.name: t for t in graph.initializer}
+        self._inputs = [_declared(i) for i in graph.input if i.name not in inits]
+        self._overridable = [_declared(i) for i in graph.input if i.name in inits]
+        self._output_names = [o.name for o in graph.output]
+        self._segments = self._cut(graph, inits, segment_nodes or SEGMENT_NODES)
+        self._open(model, inits, open_session, folder)
+
+    def _cut(self, graph: Any, inits: dict[str, Any], segment_nodes: int) -> list[_Segment]:
+        """Segments of consecutive nodes with what each reads from before and hands on."""
+        nodes = graph.node
+        declared_inputs = {i.name for i in graph.input}
+        outer = declared_inputs | set(inits)
+        produced_at: dict[str, int] = {}
+        last_read: dict[str, int] = {}
+        reads: list[list[str]] = []
+        for i, node in enumerate(nodes):
+            names = [n for n in node.input if n]
+            for n in names:
+                if n not in produced_at and n not in outer:
+                    raise NotSegmentable(f"'{n}' is read before a node makes it")
+            captured: set[str] = set()
+            _subgraph_reads(node, captured)
+            names += [n for n in sorted(captured) if n in produced_at or n in outer]
+            reads.append(names)
+            for n in names:
+                last_read[n] = i
+            for n in node.output:
+                if n:
+                    produced_at[n] = i
+        for n in self._output_names:
+            if n not in produced_at and n not in declared_inputs:
+                raise NotSegmentable(f"graph output '{n}' is made by no node")
+            last_read[n] = len(nodes)
+        segments = []
+        for start in range(0, len(nodes), segment_nodes):
+            seg = _Segment(start, min(start + segment_nodes, len(nodes)))
+            for n in dict.fromkeys(n for i in range(seg.start, seg.stop) for n in reads[i]):
+                if n in inits:
+                    seg.initializers.append(n)
+                elif produced_at.get(n, -1) < seg.start:
+                    seg.inputs.append(n)
+            made = dict.fromkeys(o for i in range(seg.start, seg.stop) for o in nodes[i].output if o)
+            seg.outputs = [n for n in made if last_read.get(n, -1) >= seg.stop]
+            seg.done_with = [n for n in seg.inputs if last_read[n] < seg.stop]
+            segments.append(seg)
+        return segments
+
+    def _open(self, model: Any, inits: dict[str, Any], open_session: OpenSession, folder: str | None) -> None:
+        """Open the segments in order: a crossing value's type comes from the session that makes it."""
+        from onnx import helper
+
+        graph = model.graph
+        declared = {i.name: i.type for i in graph.input}
+        self._types = {i.name: i.type for i in self._inputs}
+        for seg in self._segments:
+            inputs = [helper.make_value_info(n, declared[n]) if n in declared
+                      else helper.make_tensor_value_info(n, _elem_type(self._types[n]), None) for n in seg.inputs]
+            inputs += [helper.make_value_info(n, declared[n]) for n in seg.initializers if n in declared]
+            outputs = [helper.ValueInfoProto(name=n) for n in seg.outputs]  # types: ORT infers them
+            part = helper.make_graph(list(graph.node[seg.start:seg.stop]), f"{graph.name}_{seg.start}", inputs,
+                                     outputs, [inits[n] for n in seg.initializers])
+            piece = helper.make_model(part, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+            piece.functions.extend(model.functions)
+            seg.session = open_session(piece.SerializeToString(), folder)
+            for arg in seg.session.get_outputs():
+                self._types[arg.name] = arg.type
+
+    # ------------------------------------------------------------------ InferenceSession's surface
+
+    @property
+    def segments(self) -> int:
+        return len(self._segments)
+
+    def get_inputs(self) -> list[Any]:
+        return self._inputs
+
+    def get_outputs(self) -> list[Any]:
+        return [SimpleNamespace(name=n, type=self._types.get(n, "tensor(undefined)"), shape=[])
+                for n in self._output_names]
+
+    def get_overridable_initializers(self) -> list[Any]:
+        return self._overridable
+
+    def run(self, output_names: Iterable[str] | None, input_feed: dict[str, Any], run_options: Any = None) -> list[Any]:
+        values = dict(input_feed)
+        keep = set(self._output_names)
+        for seg in self._segments:
+            feeds = {n: values[n] for n in seg.inputs if n in values}
+            feeds.update((n, values[n]) for n in seg.initializers if n in values)
+            values.update(zip(seg.outputs, seg.session.run(seg.outputs, feeds)))
+            for n in seg.done_with:
+                if n not in keep:
+                    values.pop(n, None)
+        return [values[n] for n in (list(output_names) if output_names else self._output_names)]
