@@ -97,3 +97,36 @@ def test_sizes():
     with pytest.raises(Exception, match="expected a size"):
         sandbox.parse_size("lots")
     assert sandbox.default_memory_limit() <= 8 << 30
+
+
+def test_named_children_are_separate_processes_and_sessions_stay_in_theirs(monkeypatch):
+    """verify's reference and compare's ORT optimizer run in children of their own, so a long
+    session build in one never holds up a fold in the main one; a session opened in a child
+    keeps running there whichever thread calls it."""
+    import threading
+
+    import numpy as np
+
+    from tests.conftest import light_model
+
+    monkeypatch.setattr(sandbox, "SESSIONS", True)
+    main = sandbox.call("testing", _pid)
+    with sandbox.child("reference"):
+        side = sandbox.call("testing", _pid)
+        session = sandbox.remote_session(light_model("squeezenet"), "off", 1, None)
+    assert side not in (main, os.getpid())
+    assert sandbox.call("testing", _pid) == main  # back to the main child after the block
+    # a slow call in one child does not block another's
+    slow = sandbox.Background(lambda: sandbox.call("testing", _sleep, 2.0), child="reference")
+    start = time.monotonic()
+    assert sandbox.call("testing", _pid) == main
+    assert time.monotonic() - start < 1.5
+    assert slow.result() == "woke"
+    x = np.zeros(session.get_inputs()[0].shape, np.float32)
+    out = []
+    worker = threading.Thread(target=lambda: out.append(session.run(None, {session.get_inputs()[0].name: x})))
+    worker.start()
+    worker.join()
+    assert out and out[0][0].shape == tuple(session.get_outputs()[0].shape)
+    sandbox.shutdown()  # stops every child
+    assert all(w.proc is None for w in sandbox._WORKERS.values())
