@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from typing import Any, Callable, Iterator
 
 from graphtool.errors import GraphtoolError, UsageError
@@ -256,6 +257,7 @@ class Background:
         self._thread: threading.Thread | None = None
         if sessions_enabled():
             self._thread = threading.Thread(target=self._work, name=f"graphtool-{child}", daemon=True)
+            _RUNNING.add(self)
             self._thread.start()
 
     def _work(self) -> None:
@@ -276,6 +278,26 @@ class Background:
             raise self._error
         value, self._value = self._value, None  # the caller owns it now (an open session, say)
         return value
+
+    def cancel(self, wait: float = 10.0) -> None:
+        """Stop work nobody will wait for (the command failed): its child is stopped, so the call
+        in flight fails at once and the thread leaves its ``with`` blocks (temp folders) behind it."""
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return
+        worker = _WORKERS.get(self._child)
+        if worker is not None:
+            worker.stop()
+        thread.join(wait)
+
+
+_RUNNING: "weakref.WeakSet[Background]" = weakref.WeakSet()
+
+
+def cancel_background() -> None:
+    """``cancel`` every Background still running (the CLI calls this when a command ends)."""
+    for job in list(_RUNNING):
+        job.cancel()
 
 
 def call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

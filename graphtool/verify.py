@@ -211,12 +211,11 @@ def _reference_side(original: Model, original_path: str | None, seed: int, input
 class ReferenceJob:
     """The original's side of a verification, started before the optimization it will check.
 
-    Its onnxruntime session and input discovery then run in the sandbox child while the passes
-    run here (on 200k nodes the session alone costs onnxruntime ~9 s: the passes' time is hidden
-    behind it). The thread mostly waits on the child's pipe, whose calls are serialized with the
-    passes' own (constant folding); errors surface from ``result()``, where ``verify`` would have
-    raised them. Without the sandbox child (``GRAPHTOOL_SANDBOX=0``) nothing starts early:
-    onnxruntime would hold this process's CPU, and ``result()`` does the work then.
+    Its onnxruntime session and input discovery then run in a sandbox child of their own while
+    the passes run here (on 200k nodes the session alone costs onnxruntime seconds: the passes'
+    time is hidden behind it); errors surface from ``result()``, where ``verify`` would have
+    raised them. Without the sandbox (``GRAPHTOOL_SANDBOX=0``) nothing starts early: onnxruntime
+    would hold this process's CPU, and ``result()`` does the work then (``sandbox.Background``).
     """
 
     def __init__(self, original: Model, original_path: str | None = None, seed: int = 0,
@@ -227,37 +226,19 @@ class ReferenceJob:
 
         self.original = original
         self._stop = threading.Event()
-        self._args = (original, original_path, seed, input_shapes, feeds, input_values, None, self._stop)
+        args = (original, original_path, seed, input_shapes, feeds, input_values, None, self._stop)
         self._side: _ReferenceSide | None = None
-        self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
-        if sandbox.sessions_enabled():
-            self._thread = threading.Thread(target=self._work, name="graphtool-reference", daemon=True)
-            _STARTED.add(self)
-            self._thread.start()
-
-    def _work(self) -> None:
-        from graphtool import sandbox
-
-        try:
-            with sandbox.child("reference"):  # its own child: the passes' folds never wait behind it
-                self._side = _reference_side(*self._args)
-        except BaseException as err:  # noqa: BLE001 - re-raised by result(), in the caller's thread
-            self._error = err
+        # its own child: the passes' folds in the main one never wait behind its session build
+        self._job = sandbox.Background(lambda: _reference_side(*args), child="reference")
+        _STARTED.add(self)
 
     def abandon(self) -> None:
         """The verification will not happen (the optimization failed): stop at the next call."""
         self._stop.set()
 
     def result(self) -> _ReferenceSide:
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        elif self._side is None and self._error is None:
-            self._work()
-        if self._error is not None:
-            raise self._error
-        assert self._side is not None
+        if self._side is None:
+            self._side = self._job.result()
         return self._side
 
 

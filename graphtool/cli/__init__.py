@@ -58,6 +58,7 @@ def _end_of_command() -> None:
 
     if "graphtool.verify" in sys.modules:  # a verification started early and never reached stops
         sys.modules["graphtool.verify"].abandon_references()
+    sandbox.cancel_background()  # and so does any work still running in a child: its temp files go
     fileguard.ALLOW_LINKS = False
     sandbox.SESSIONS = False
 
