@@ -225,6 +225,14 @@ _WORKER = _Worker()
 # compare's ORT optimizer run in their own while the passes fold constants in the main one, so
 # none waits for another's minutes-long session build on a huge graph. Each has the same limits.
 _WORKERS: dict[str, _Worker] = {"main": _WORKER}
+OWN_CHILD_NODES = 20_000  # a smaller model's jobs share the main child: a second one's start (~0.3 s) would not pay
+
+
+def child_for(name: str, nodes: int) -> str:
+    """``name`` for the job of a model this big, else "main"."""
+    return name if nodes > OWN_CHILD_NODES else "main"
+
+
 _LOCAL = threading.local()
 
 
@@ -235,9 +243,7 @@ def _current() -> _Worker:
 @contextlib.contextmanager
 def child(name: str) -> Iterator[None]:
     """Calls from this thread, inside the block, go to the child named ``name`` (started on first use)."""
-    worker = _WORKERS.get(name)
-    if worker is None:
-        worker = _WORKERS[name] = _Worker()
+    worker = _WORKERS.setdefault(name, _Worker())
     previous = getattr(_LOCAL, "worker", None)
     _LOCAL.worker = worker
     try:

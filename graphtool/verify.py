@@ -228,8 +228,9 @@ class ReferenceJob:
         self._stop = threading.Event()
         args = (original, original_path, seed, input_shapes, feeds, input_values, None, self._stop)
         self._side: _ReferenceSide | None = None
-        # its own child: the passes' folds in the main one never wait behind its session build
-        self._job = sandbox.Background(lambda: _reference_side(*args), child="reference")
+        # a big model's in its own child: the passes' folds in the main one never wait behind its session build
+        self._job = sandbox.Background(lambda: _reference_side(*args),
+                                       child=sandbox.child_for("reference", original.node_count()))
         _STARTED.add(self)
 
     def abandon(self) -> None:

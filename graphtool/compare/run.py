@@ -62,7 +62,8 @@ def ort_job(model: Model, level: int) -> "sandbox.Background":
     while graphtool does (on 200k nodes each takes seconds)."""
     from graphtool import sandbox
 
-    return sandbox.Background(lambda: ort_optimized_session(model, level), child="ort")
+    return sandbox.Background(lambda: ort_optimized_session(model, level),
+                              child=sandbox.child_for("ort", model.node_count()))
 
 
 def layout_notes(model: Model) -> list[str]:
