@@ -7,6 +7,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from graphtool import sandbox
 from graphtool.compare.run import layout_notes, measure_latency, ort_job, ort_optimized_session, output_diffs
 from graphtool.compare.schema import ORT_LEVELS, SCHEMA
 from graphtool.fusion_trace import Fusion, Trace, index_original, trace_fusions
@@ -99,8 +100,6 @@ def compare_level(original_model: Model, optimized_model: Model, level: int, tar
     """
     if ort_model is None:
         ort_model, ort_session = ort_optimized_session(original_model, level)
-    from graphtool import sandbox
-
     # the outputs: sessions in the sandbox child, while the traces run here
     outputs = sandbox.Background(lambda: output_diffs(
         {"original": original_model, "ort": ort_model, "graphtool": optimized_model}, seed=seed, feeds=feeds,

@@ -32,9 +32,6 @@ def ort_optimized_session(model: Model, level: int) -> tuple[Model, Any]:
     The session lives in the sandbox child when the CLI sandboxes sessions: an optimizer that
     folds past the memory limit is one line, not a SIGKILL.
     """
-    from graphtool import sandbox
-    from graphtool.runtime import make_session
-
     with tempfile.TemporaryDirectory(prefix="graphtool-ort-") as tmp:
         path = os.path.join(tmp, "ort_optimized.onnx")
         source: bytes | str
@@ -57,11 +54,9 @@ def ort_optimized_session(model: Model, level: int) -> tuple[Model, Any]:
         return optimized, session
 
 
-def ort_job(model: Model, level: int) -> "sandbox.Background":
-    """``ort_optimized_session`` started now in a child of its own, so ORT optimizes the model
-    while graphtool does (on 200k nodes each takes seconds)."""
-    from graphtool import sandbox
-
+def ort_job(model: Model, level: int) -> sandbox.Background:
+    """``ort_optimized_session`` started now (a big model's in a child of its own), so ORT
+    optimizes the model while graphtool does (on 200k nodes each takes seconds)."""
     return sandbox.Background(lambda: ort_optimized_session(model, level),
                               child=sandbox.child_for("ort", model.node_count()))
 
