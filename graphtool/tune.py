@@ -15,254 +15,63 @@ The search, each stage bounded by its share of ``--budget``:
    fused ops that measured slower are switched off together in one extra rewrite set, and their
    onnxruntime counterparts (SkipLayerNormalization → SkipLayerNormFusion) are disabled in stage 2.
 1. rewrite sets at onnxruntime's defaults less its fusions whose kernels measured slower (else it
-   re-fuses what a set left unfused): the original, levels 1 and 2, level 2 with each family off;
-   the best verified few go on.
+   re-fuses what a set left unfused): the original, levels 1 and 2, level 2 with each family off,
+   level 2 with another form of a family's fusion (``VARIANTS``: attention as MultiHeadAttention
+   on the unpacked projections); the best verified few go on.
 2. onnxruntime settings on those: levels, and ``disabled_optimizers`` for its fusions that fire on
    the model and that a kernel or a whole-model measurement found slower.
 3. threads (1 and the default, one per core) for the best, with the runners-up.
 
-Every whole-model batch runs the candidates interleaved with the baseline (the original under
-onnxruntime's defaults), so each speed-up is a ratio within one batch, immune to drift between
-batches. "Faster" is a median comparison with a bootstrap confidence over the interleaved rounds,
-and by more than the A/A control shows: a second session of the baseline in every batch, whose gap
-to the first is the session-to-session noise the bootstrap over one batch's rounds cannot see.
+Every stage's whole-model runs are a race (graphtool.tune_race): the candidates interleaved with
+the baseline (the original under onnxruntime's defaults), at most ``MAX_SESSIONS`` sessions alive,
+the clearly slower dropped, so each speed-up is a ratio over rounds run together, immune to drift
+between batches. "Faster" is a median comparison with a paired bootstrap confidence over at least
+``replace_rounds`` rounds, and by more than the A/A control shows: a second session of the baseline
+in every round, whose gap to the first is the session-to-session noise the bootstrap cannot see.
 """
 
 from __future__ import annotations
 
-import random
 import statistics
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Protocol, Sequence
+from dataclasses import replace
+from typing import Callable
 
-# Fusion families of graphtool's rewrite set (pass names); "level 2 with the family off" skips them.
-FAMILIES: dict[str, tuple[str, ...]] = {
-    "attention": ("fuse-attention-ort", "fuse-attention"),
-    "skip/layer norm": ("ort-skip-layer-norm", "ort-embed-layer-norm", "fuse-layer-norm", "fuse-rms-norm",
-                        "ort-rms-norm"),
-    "GELU": ("fuse-gelu", "ort-gelu", "ort-bias-gelu", "ort-quick-gelu"),
-    "conv/gemm activation": ("ort-fused-conv", "ort-fused-gemm"),
-    "MatMul scale": ("ort-fused-matmul",),
-}
-# A fused op → (its family, the passes that make it, onnxruntime's fusion that makes it too).
-FUSED_OPS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
-    "Attention": ("attention", ("fuse-attention-ort", "fuse-attention"), "AttentionFusion"),
-    "MultiHeadAttention": ("attention", ("fuse-attention-ort",), "AttentionFusion"),
-    "SkipLayerNormalization": ("skip/layer norm", ("ort-skip-layer-norm",), "SkipLayerNormFusion"),
-    "SkipSimplifiedLayerNormalization": ("skip/layer norm", ("ort-skip-layer-norm",), "SkipLayerNormFusion"),
-    "EmbedLayerNormalization": ("skip/layer norm", ("ort-embed-layer-norm",), "EmbedLayerNormFusion"),
-    "LayerNormalization": ("skip/layer norm", ("fuse-layer-norm",), "LayerNormFusion"),
-    "SimplifiedLayerNormalization": ("skip/layer norm", ("fuse-rms-norm", "ort-rms-norm"), "SimplifiedLayerNormFusion"),
-    "RMSNormalization": ("skip/layer norm", ("fuse-rms-norm",), None),
-    "Gelu": ("GELU", ("fuse-gelu", "ort-gelu"), "GeluFusion"),
-    "BiasGelu": ("GELU", ("ort-bias-gelu",), "BiasGeluFusion"),
-    "FastGelu": ("GELU", ("ort-gelu",), "FastGeluFusion"),
-    "QuickGelu": ("GELU", ("ort-quick-gelu",), "QuickGeluFusion"),
-    "FusedConv": ("conv/gemm activation", ("ort-fused-conv",), "ConvActivationFusion"),
-    "FusedGemm": ("conv/gemm activation", ("ort-fused-gemm",), "GemmActivationFusion"),
-    "FusedMatMul": ("MatMul scale", ("ort-fused-matmul",), "MatMulScaleFusion"),
-}
-# onnxruntime's own fusions (names its disabled_optimizers accepts) → the op each one makes.
-ORT_FUSIONS: dict[str, str] = {
-    "AttentionFusion": "Attention", "SkipLayerNormFusion": "SkipLayerNormalization",
-    "EmbedLayerNormFusion": "EmbedLayerNormalization", "LayerNormFusion": "LayerNormalization",
-    "SimplifiedLayerNormFusion": "SimplifiedLayerNormalization", "GeluFusion": "Gelu",
-    "BiasGeluFusion": "BiasGelu", "FastGeluFusion": "FastGelu", "QuickGeluFusion": "QuickGelu",
-    "MatMulScaleFusion": "FusedMatMul", "ConvActivationFusion": "FusedConv", "GemmActivationFusion": "FusedGemm",
-}
-# The names onnxruntime registers some fusions under differ by version (1.32 has GeluFusionL1/L2 and
-# LayerNormFusionL1/L2, not GeluFusion); names it does not know it ignores, so all of them are passed.
-ORT_ALIASES: dict[str, tuple[str, ...]] = {
-    "GeluFusion": ("GeluFusion", "GeluFusionL1", "GeluFusionL2"),
-    "LayerNormFusion": ("LayerNormFusion", "LayerNormFusionL1", "LayerNormFusionL2"),
-    "SkipLayerNormFusion": ("SkipLayerNormFusion", "BiasSkipLayerNormFusion"),
-}
-CONFIDENT = 0.95  # a difference counts when the bootstrap puts it on one side this often
-MARGIN = 0.03  # a kernel verdict needs this much difference too: 1% at 95% confidence decides nothing
+from graphtool.tune_space import (  # noqa: F401 - the search's vocabulary, re-exported: graphtool.tune is the API
+    FAMILIES,
+    FUSED_OPS,
+    ORT_ALIASES,
+    ORT_FUSIONS,
+    VARIANTS,
+    Candidate,
+    Kernel,
+    OrtSettings,
+    RewriteSet,
+    Row,
+    Timer,
+    TuneResult,
+    Verifier,
+)
+from graphtool.tune_race import CONFIDENT, MARGIN, Limits, RunCost, paired, run_race
+from graphtool.tune_stats import confidence, spread  # noqa: F401 - re-exported
+
 SETUP_RUNS = 3  # what opening a session and its warm-up runs cost, in runs
-CHEAP_ROUNDS = 30  # rounds every batch gets when they take under a quarter of the stage's time
 KEEP_REWRITE_SETS = 2  # how many rewrite sets stage 2 explores
+# Sessions alive at once, at most (fewer when the timer says memory holds fewer): each holds its own
+# weights (BERT-base: 0.44 GB), and more candidates interleaved only spread each round thinner.
+MAX_SESSIONS = 6
 # Each stage's share: kernels of the whole budget, the others of what is left when they start, so
 # a stage that overran (building and verifying big models) narrows the next ones instead of ending them.
 STAGE_SHARES = {"kernels": 0.15, "rewrite sets": 0.55, "onnxruntime settings": 0.65, "threads": 1.0}
-
-
-@dataclass(frozen=True)
-class RewriteSet:
-    """A graphtool rewrite of the model: ``level`` 0 is the original, ``skip`` the passes left out."""
-
-    name: str
-    level: int = 0
-    skip: tuple[str, ...] = ()
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "level": self.level, "skip": list(self.skip)}
-
-
-@dataclass(frozen=True)
-class OrtSettings:
-    """The onnxruntime session settings tune chooses; ``threads`` 0 is onnxruntime's default (one per core)."""
-
-    level: str = "all"
-    disabled: tuple[str, ...] = ()
-    threads: int = 0
-
-    def label(self) -> str:
-        text = f"ORT {self.level}"
-        if self.disabled:
-            text += " -" + ",-".join(self.disabled)
-        return text + f", {self.threads or 'default'} thr"
-
-    def optimizer_names(self) -> list[str]:
-        """``disabled`` as the names onnxruntime's ``disabled_optimizers`` takes (aliases expanded)."""
-        return list(dict.fromkeys(n for name in self.disabled for n in ORT_ALIASES.get(name, (name,))))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"graph_optimization_level": self.level, "disabled_optimizers": self.optimizer_names(),
-                "intra_op_num_threads": self.threads}
-
-
-@dataclass(frozen=True)
-class Candidate:
-    rewrite: RewriteSet
-    ort: OrtSettings
-    replica: int = 0  # 1: the A/A control, a second session of the same model and settings
-
-    def label(self) -> str:
-        return f"{self.rewrite.name} | {self.ort.label()}" + (" (A/A control: a 2nd session)" if self.replica else "")
-
-
-class Timer(Protocol):
-    """Where measurements come from (graphtool.tune_ort.OrtTimer, or a fake in tests)."""
-
-    wall_per_run: float  # elapsed seconds per run in the last ``time`` call's timed rounds
-
-    def kernels(self, threads: int, seconds: float) -> dict[str, tuple[str, list[float], list[float]]]:
-        """Fused op type → (shapes, fused samples, unfused samples): one instance of each fused op
-        the level-2 rewrite makes, against the subgraph it replaced, interleaved, for ``seconds``."""
-        ...
-
-    def ort_fusions(self, rewrite: RewriteSet) -> list[str]:
-        """onnxruntime fusions (``ORT_FUSIONS`` names) that fire on this rewrite set's model."""
-        ...
-
-    def time(self, candidates: Sequence[Candidate], rounds: int) -> dict[Candidate, list[float]]:
-        """Seconds per run of each candidate, ``rounds`` rounds, candidates interleaved in each."""
-        ...
-
-    def ops(self, candidate: Candidate) -> set[str]:
-        """The op types onnxruntime runs for ``candidate`` (its model after ORT's own optimizations)."""
-        ...
-
-
-Verifier = Callable[[RewriteSet], "str | None"]  # None when the rewrite set's model is verified, else why not
-
-
-def confidence(a: Sequence[float], b: Sequence[float], draws: int = 500, seed: int = 0) -> float:
-    """How often a bootstrap resample of the rounds puts ``a``'s median below ``b``'s.
-
-    Rounds are paired (same index, same interleaved round) when the lengths match, so load that
-    hits one round hits both samples of the pair."""
-    if not a or not b:
-        return 0.5
-    rng = random.Random(seed)
-    wins = 0.0
-    paired = len(a) == len(b)
-    for _ in range(draws):
-        if paired:
-            idx = [rng.randrange(len(a)) for _ in a]
-            ma, mb = statistics.median(a[i] for i in idx), statistics.median(b[i] for i in idx)
-        else:
-            ma = statistics.median(rng.choice(a) for _ in a)
-            mb = statistics.median(rng.choice(b) for _ in b)
-        wins += 1.0 if ma < mb else 0.5 if ma == mb else 0.0
-    return wins / draws
-
-
-def spread(samples: Sequence[float]) -> float:
-    """Half the interquartile range over the median: the run-to-run noise, as a fraction."""
-    if len(samples) < 4:
-        return 0.0
-    q = statistics.quantiles(samples, n=4, method="inclusive")
-    return (q[2] - q[0]) / 2 / statistics.median(samples)
-
-
-@dataclass
-class Row:
-    """One candidate in one batch, against the baseline measured in the same batch."""
-
-    candidate: Candidate
-    stage: str
-    median: float
-    baseline: float
-    spread: float
-    rounds: int
-    confidence: float  # that it is faster than the baseline
-    status: str = "measured"
-
-    @property
-    def speedup(self) -> float:
-        return self.baseline / self.median if self.median > 0 else 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"rewrite": self.candidate.rewrite.as_dict(), "ort": self.candidate.ort.as_dict(),
-                "label": self.candidate.label(), "stage": self.stage, "median_ms": round(self.median * 1000, 4),
-                "baseline_ms": round(self.baseline * 1000, 4), "speedup": round(self.speedup, 4),
-                "spread": round(self.spread, 4), "rounds": self.rounds,
-                "confidence_faster_than_baseline": round(self.confidence, 3), "status": self.status}
-
-
-@dataclass
-class Kernel:
-    """A fused op's micro-benchmark against the subgraph it replaces."""
-
-    op: str
-    shapes: str
-    fused: float
-    unfused: float
-    confidence: float  # that the fused kernel is the faster one
-    verdict: str  # "faster", "slower" or "within noise"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "shapes": self.shapes, "fused_us": round(self.fused * 1e6, 2),
-                "unfused_us": round(self.unfused * 1e6, 2), "ratio": round(self.fused / self.unfused, 3),
-                "confidence_fused_faster": round(self.confidence, 3), "verdict": self.verdict}
-
-
-@dataclass
-class TuneResult:
-    winner: Candidate
-    baseline: Candidate
-    speedup: float
-    confidence: float  # that the winner is faster than the baseline
-    runner_up_confidence: float | None  # that the winner beats the runner-up of its batch
-    rows: list[Row] = field(default_factory=list)
-    kernels: list[Kernel] = field(default_factory=list)
-    findings: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)  # rewrite set → why verification refused it
-    seconds: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"winner": {"rewrite": self.winner.rewrite.as_dict(), "ort": self.winner.ort.as_dict(),
-                           "label": self.winner.label()},
-                "baseline": self.baseline.label(), "speedup": round(self.speedup, 4),
-                "confidence": round(self.confidence, 3),
-                "runner_up_confidence": None if self.runner_up_confidence is None else round(self.runner_up_confidence, 3),
-                "tried": [r.as_dict() for r in self.rows], "kernels": [k.as_dict() for k in self.kernels],
-                "findings": self.findings, "skipped": self.skipped, "verification_failed": self.failed,
-                "seconds": round(self.seconds, 2)}
 
 
 class _Search:
     """One tune run: the state the stages share (samples, verdicts, the clock)."""
 
     def __init__(self, timer: Timer, verifier: Verifier, clock: Callable[[], float], budget: float,
-                 threads: int | None, cores: int, progress: Callable[[str], None], min_rounds: int,
-                 max_rounds: int) -> None:
+                 threads: int | None, cores: int, progress: Callable[[str], None], limits: Limits) -> None:
         self.timer, self.verifier, self.clock, self.budget = timer, verifier, clock, budget
         self.fixed_threads, self.cores, self.progress = threads, cores, progress
-        self.min_rounds, self.max_rounds = min_rounds, max_rounds
+        self.limits, self.min_rounds = limits, limits.min_rounds
         self.start = clock()
         self.threads = threads if threads is not None else 0
         self.baseline = Candidate(RewriteSet("original"), OrtSettings("all", (), self.threads))
@@ -274,8 +83,9 @@ class _Search:
         self.skipped: list[str] = []
         self.failed: dict[str, str] = {}
         self.verified: set[RewriteSet] = {self.baseline.rewrite}
-        self.run_cost: float | None = None  # seconds per candidate run, from the batches so far
-        self.last_samples: dict[Candidate, list[float]] = {}
+        self.run_cost = RunCost()  # seconds per candidate run, from the batches so far
+        self.last_samples: dict[Candidate, dict[int, float]] = {}  # the last race's, by round
+        self.max_alive = 0  # the most sessions a batch had open
         self.ends: dict[str, float] = {}
         self.combos: list[Candidate] = []
         self.firing: dict[RewriteSet, list[str]] = {}
@@ -294,14 +104,14 @@ class _Search:
         """The head of ``pool`` (the baseline and the candidates in priority order) that
         ``min_rounds`` rounds fit in the stage's time, from the run cost measured so far."""
         left = self.stage_end(stage) - self.clock()
-        if self.run_cost is None or self.run_cost <= 0:
+        if not self.run_cost.value:
             return pool
-        count = int(left / (self.run_cost * (self.min_rounds + SETUP_RUNS)))
+        count = int(left / (self.run_cost.value * (self.min_rounds + SETUP_RUNS)))
         return pool[:count] if count >= 2 else []
 
     def measure(self, stage: str, candidates: list[Candidate]) -> list[Row]:
-        """Interleaved rounds of ``candidates`` plus the baseline, more rounds until the leader is
-        separated from the runner-up (or the stage's time or ``max_rounds`` runs out)."""
+        """Race ``candidates`` against the baseline (graphtool.tune_race): interleaved rounds, at most
+        ``capacity`` sessions alive, the clearly slower dropped, until the leader is separated."""
         # The baseline runs in two sessions: the second (the A/A control) shows how far two sessions of
         # one model and settings differ in this batch — memory placement, run order — which the
         # bootstrap over rounds cannot see (BERT-base: 1.2% between two identical sessions).
@@ -318,41 +128,23 @@ class _Search:
         if len(pool) < 3:
             self.skipped.append(f"{stage}: {len(wanted) - 2} candidate(s) not measured (budget spent)")
             return []
-        if len(pool) < len(wanted):
-            self.skipped.append(f"{stage}: " + "; ".join(c.label() for c in wanted[len(pool):])
-                                + " not measured (budget spent)")
-        self.progress(f"{stage}: {len(pool)} candidates")
-        samples: dict[Candidate, list[float]] = {c: [] for c in pool}
-        rounds = required = self.min_rounds
-        while True:
-            batch = self.timer.time(pool, rounds)
-            for cand, got in batch.items():
-                samples[cand].extend(got)
-            runs = [x for got in batch.values() for x in got]
-            # what a run costs the budget: the samples may be CPU time, which leaves out the time other
-            # processes held the core, so the timer's elapsed time per timed run bounds it from below
-            # (not the batch's: that includes building the rewrite sets and opening their sessions)
-            cost = max(sum(runs) / len(runs), self.timer.wall_per_run) if runs else 0.0
-            self.run_cost = cost or self.run_cost
-            done = len(samples[self.baseline])
-            if done == rounds and cost > 0 and cost * len(pool) * CHEAP_ROUNDS < (self.stage_end(stage) - self.clock()) / 4:
-                required = min(CHEAP_ROUNDS, self.max_rounds)  # cheap runs: more rounds before believing a gap
-            ranked = sorted((c for c in pool if c != self.control), key=lambda c: statistics.median(samples[c]))
-            separated = confidence(samples[ranked[0]], samples[ranked[1]]) >= CONFIDENT if len(ranked) > 1 else True
-            if (separated and done >= required) or done >= self.max_rounds:
-                break
-            rounds = min(max(done, required - done), self.max_rounds - done)
-            left = self.stage_end(stage) - self.clock()
-            if self.run_cost and self.run_cost > 0:
-                rounds = min(rounds, int(left / (self.run_cost * len(pool))))
-            if rounds < 2:
-                break
+        capacity = min(MAX_SESSIONS, self.timer.capacity())
+        self.progress(f"{stage}: {len(pool)} candidates, at most {max(3, capacity)} sessions at once")
+        race = run_race(self.timer, pool, capacity, self.limits, lambda: self.stage_end(stage) - self.clock(),
+                        self.run_cost)
+        unmeasured = wanted[len(pool):] + race.unmeasured
+        if unmeasured:
+            self.skipped.append(f"{stage}: " + "; ".join(c.label() for c in unmeasured) + " not measured (budget spent)")
+        self.max_alive = max(self.max_alive, race.max_alive)
+        samples = {c: s for c, s in race.samples.items() if s}
         self.last_samples = samples
         base = samples[self.baseline]
-        self.aa_gap[stage] = abs(statistics.median(samples[self.control]) / statistics.median(base) - 1)
-        rows = [Row(c, stage, statistics.median(s), statistics.median(base), spread(s), len(s),
-                    confidence(s, base) if c != self.baseline else 0.5)
-                for c, s in samples.items()]
+        self.aa_gap[stage] = race.aa_gap
+        rows = []
+        for cand, got in samples.items():
+            mine, theirs = paired(got, base)
+            rows.append(Row(cand, stage, statistics.median(mine), statistics.median(theirs), spread(mine), len(mine),
+                            confidence(mine, theirs) if cand != self.baseline else 0.5, left=race.left.get(cand, "")))
         self.rows.extend(rows)
         return sorted(rows, key=lambda r: -r.speedup)
 
@@ -399,12 +191,17 @@ class _Search:
                 self.skipped.append(f"level 2, {family} off: pruned (its fused kernels measured faster)")
                 continue
             sets.append(RewriteSet(f"level 2, {family} off", 2, passes))
+        slow_passes = tuple(sorted({p for op in slower for p in FUSED_OPS.get(op, ("", (), None))[1]}))
+        for name, (family, skip, extra) in VARIANTS.items():  # another form of the family's fusion
+            if not self.kernels or family in present:  # with the slower kernels off too: else they decide
+                extra = tuple(p for p in extra if p not in slow_passes)
+                sets.append(RewriteSet(f"level 2, {name}" + (", slower kernels off" if slower else ""), 2,
+                                       tuple(sorted(set(skip) | set(slow_passes))), extra))
         if slower:
-            skip = tuple(sorted({p for op in slower for p in FUSED_OPS.get(op, ("", (), None))[1]}))
-            sets.append(RewriteSet("level 2, slower kernels off (" + ", ".join(sorted(slower)) + ")", 2, skip))
-        unique: dict[tuple[int, tuple[str, ...]], RewriteSet] = {}
+            sets.append(RewriteSet("level 2, slower kernels off (" + ", ".join(sorted(slower)) + ")", 2, slow_passes))
+        unique: dict[tuple[int, tuple[str, ...], tuple[str, ...]], RewriteSet] = {}
         for s in sets:
-            unique.setdefault((s.level, tuple(sorted(s.skip))), s)
+            unique.setdefault((s.level, tuple(sorted(s.skip)), tuple(sorted(s.extra))), s)
         # Rank the rewrite sets under onnxruntime's defaults less its fusions whose kernels measured
         # slower: else ORT re-fuses what the set left unfused (SkipLayerNormFusion at extended) and
         # the set that avoids the slow kernel is ranked by that kernel. Stage 2 re-tries them enabled.
@@ -490,7 +287,8 @@ class _Search:
         final_stage = self.rows[-1].stage if self.rows else None
         final = [r for r in self.rows if r.stage == final_stage and r.status == "measured"
                  and r.candidate.rewrite in self.verified and r.candidate != self.control]
-        pick = sorted(final, key=lambda r: r.median)  # the last batch decides: everything in it ran together
+        # the last race decides: its rows are each a ratio to the baseline over the rounds they shared
+        pick = sorted(final, key=lambda r: -r.speedup)
         if not pick:
             return TuneResult(self.baseline, self.baseline, 1.0, 0.5, None, self.rows, self.kernels,
                               self.findings, self.skipped, self.failed, self.clock() - self.start)
@@ -499,14 +297,30 @@ class _Search:
         if gap:
             self.findings.append(f"A/A control: two sessions of the original under ORT's defaults differed by "
                                  f"{gap:.1%} in the final batch; a win must be larger")
-        if win.candidate != self.baseline and (win.confidence < CONFIDENT or win.speedup - 1 <= gap):
-            base = [r for r in pick if r.candidate == self.baseline]
-            if base:  # never trade the original for a guess: a win inside the noise is not one
-                why = f"at {win.confidence:.0%}" if win.confidence < CONFIDENT else \
-                    f"inside the {gap:.1%} two sessions of the original differ by"
-                self.findings.append(f"no candidate was confidently faster than the original "
-                                     f"({win.candidate.label()}: {win.speedup:.3f}x, {why}); keeping it")
-                win, pick = base[0], base + [r for r in pick if r is not base[0]]
+        need = self.limits.replace_rounds
+
+        def why_not(row: Row) -> str | None:
+            """Why ``row`` may not replace the original; None when it may."""
+            if row.confidence < CONFIDENT:
+                return f"at {row.confidence:.0%}"
+            if row.speedup - 1 <= gap:
+                return f"inside the {gap:.1%} two sessions of the original differ by"
+            if row.rounds < need:
+                return f"over only {row.rounds} paired rounds: a win needs {need}, as a bootstrap over 5 calls any " \
+                       "5-for-5 result certain"
+            return None
+
+        base = [r for r in pick if r.candidate == self.baseline]
+        if win.candidate != self.baseline and base and why_not(win) is not None:
+            # never trade the original for a guess: the fastest that clears the bar, else the original
+            bar = next(r for r in pick if r.candidate == self.baseline or why_not(r) is None)
+            self.findings.append(f"{win.candidate.label()} measured {win.speedup:.3f}x, {why_not(win)}: not "
+                                 + (f"taken; the fastest that clears the bar is {bar.candidate.label()}"
+                                    if bar is not base[0] else "confidently faster than the original; keeping it"))
+            win, pick = bar, [bar] + [r for r in pick if r is not bar]
+        if self.max_alive:
+            self.findings.append(f"at most {self.max_alive} onnxruntime sessions were open at once (candidates "
+                                 "raced; the clearly slower were dropped and their sessions closed)")
         runner_conf = self._pair_confidence(pick) if len(pick) > 1 else None
         self._avoided(win.candidate)
         if win.candidate.ort.disabled:
@@ -550,14 +364,15 @@ class _Search:
         samples = self.last_samples
         if pick[0].candidate not in samples or pick[1].candidate not in samples:
             return 0.5
-        return confidence(samples[pick[0].candidate], samples[pick[1].candidate])
+        return confidence(*paired(samples[pick[0].candidate], samples[pick[1].candidate]))
 
 
 def tune(timer: Timer, verifier: Verifier, clock: Callable[[], float], budget: float = 300.0,
          threads: int | None = None, cores: int = 1, progress: Callable[[str], None] = lambda _s: None,
-         min_rounds: int = 5, max_rounds: int = 60) -> TuneResult:
+         min_rounds: int = 5, max_rounds: int = 60, replace_rounds: int = 10) -> TuneResult:
     """Run the staged search; ``threads`` pins onnxruntime's intra-op threads (no thread stage)."""
-    search = _Search(timer, verifier, clock, budget, threads, cores, progress, min_rounds, max_rounds)
+    limits = Limits(min_rounds, max_rounds, replace_rounds, min(30, max_rounds))
+    search = _Search(timer, verifier, clock, budget, threads, cores, progress, limits)
     slower, faster_families = search.kernel_stage()
     kept = search.rewrite_stage(slower, faster_families)
     if kept:

@@ -23,9 +23,10 @@ from onnx import helper
 from graphtool import io
 from graphtool.ir.model import Model
 from graphtool.optimize import optimize
-from graphtool.pass_manager import load_builtin_and_plugins
+from graphtool.pass_manager import load_builtin_and_plugins, select_passes
 from graphtool.runtime import SESSION_SUFFIX, tuned_session
-from graphtool.tune import FUSED_OPS, ORT_FUSIONS, Candidate, OrtSettings, RewriteSet, TuneResult, tune
+from graphtool.tune import tune
+from graphtool.tune_space import FUSED_OPS, ORT_FUSIONS, Candidate, OrtSettings, RewriteSet, TuneResult
 from graphtool.verify import ATOL, RTOL, find_inputs, verify
 
 WARMUP = 2
@@ -34,6 +35,49 @@ WARMUP = 2
 # ms with this pause between runs), so multi-threaded pools get a pause to park their threads.
 SPIN_PAUSE = 0.005
 KERNEL_MIN_ROUNDS, KERNEL_MAX_ROUNDS = 10, 300
+# The share of the machine's memory tune's sessions may hold together.
+MEMORY_SHARE = 0.25
+
+
+def rewrite_passes(rewrite: RewriteSet, target: str) -> list[str] | None:
+    """The passes a rewrite set runs: its level's less ``skip``, plus its opt-in ``extra`` passes
+    (None: just the level's, which ``optimize`` selects itself)."""
+    if not rewrite.extra:
+        return None
+    known = load_builtin_and_plugins()
+    skip = [p for p in rewrite.skip if p in known]
+    chosen = [c.name for c in select_passes(rewrite.level, target, skip=skip)]
+    return chosen + [p for p in rewrite.extra if p in known and p not in chosen]
+
+
+def _rss() -> int:
+    """This process's resident memory in bytes (0 where /proc is absent)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _machine_memory() -> int:
+    """The machine's physical memory in bytes (sysconf: no file to open); 8 GB where it cannot say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def _model_bytes(path: str) -> int:
+    """The model file and its external data beside it: what one session's weights take, at least."""
+    folder = os.path.dirname(os.path.abspath(path))
+    total = os.path.getsize(path)
+    try:
+        proto = onnx.load(path, load_external_data=False)
+    except Exception:  # noqa: BLE001 - an unreadable file: its own size is the estimate
+        return total
+    locations = {e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"}
+    return total + sum(os.path.getsize(os.path.join(folder, loc)) for loc in locations
+                       if os.path.exists(os.path.join(folder, loc)))
 
 
 def clock_for(threads: Sequence[int]) -> tuple[str, Callable[[], float]]:
@@ -60,6 +104,8 @@ class OrtTimer:
         self.clocks: set[str] = set()  # the clocks the batches were timed with
         self.wall_per_run = 0.0
         self.known_passes = set(load_builtin_and_plugins())
+        self.memory = _machine_memory()
+        self.session_bytes = _model_bytes(original_path)  # raised to what opening a session was seen to take
 
     # ------------------------------------------------------------------------------ rewrite sets
 
@@ -69,8 +115,9 @@ class OrtTimer:
             return self.original_path
         if rewrite not in self.paths:
             skip = [p for p in rewrite.skip if p in self.known_passes]
-            model, _report, ctx = optimize(self.original, level=rewrite.level, target=self.target, skip=skip,
-                                           input_shapes=self.input_shapes)
+            only = rewrite_passes(rewrite, self.target)
+            model, _report, ctx = optimize(self.original, level=rewrite.level, target=self.target, skip=() if only else skip,
+                                           passes=only, input_shapes=self.input_shapes)
             path = os.path.join(self.workdir, f"rewrite{len(self.paths)}.onnx")
             io.save(model, path)
             self.paths[rewrite] = path
@@ -82,10 +129,20 @@ class OrtTimer:
 
     # ---------------------------------------------------------------------------- whole models
 
+    def capacity(self) -> int:
+        """Sessions that fit in ``MEMORY_SHARE`` of the machine's memory."""
+        return max(1, int(self.memory * MEMORY_SHARE / max(1, self.session_bytes)))
+
+    def release(self, candidates: Sequence[Candidate]) -> None:
+        for cand in candidates:
+            self.sessions.pop(cand, None)
+
     def _session(self, cand: Candidate) -> Any:
         if cand not in self.sessions:
-            sess = tuned_session(self.path(cand.rewrite), cand.ort.level, tuple(cand.ort.optimizer_names()),
-                                 cand.ort.threads)
+            path = self.path(cand.rewrite)
+            before = _rss()
+            sess = tuned_session(path, cand.ort.level, tuple(cand.ort.optimizer_names()), cand.ort.threads)
+            self.session_bytes = max(self.session_bytes, _rss() - before)
             names = {i.name for i in sess.get_inputs()}
             feeds = {k: v for k, v in self.feeds.items() if k in names}
             for _ in range(WARMUP):
@@ -94,7 +151,7 @@ class OrtTimer:
         return self.sessions[cand]
 
     def time(self, candidates: Sequence[Candidate], rounds: int) -> dict[Candidate, list[float]]:
-        for stale in [c for c in self.sessions if c not in candidates]:  # one stage's sessions at a time
+        for stale in [c for c in self.sessions if c not in candidates]:  # only the race's field stays open
             del self.sessions[stale]
         runs = [(c, *self._session(c)) for c in candidates]
         samples: dict[Candidate, list[float]] = {c: [] for c in candidates}

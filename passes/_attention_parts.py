@@ -331,9 +331,11 @@ def emit_attention(m: Match, rw: Rewrite) -> str:
 
 
 def emit_multi_head(m: Match, rw: Rewrite) -> str:
+    """MultiHeadAttention on q, k, v [B, S, H]: ``q`` before a pre-scaling Mul (Whisper scales q
+    first), whose factor the ``scale`` attribute already holds; the head split reads the Mul's output."""
     use_ms_domain(m.ctx)
     q_in = m.extra["q_in"]
-    inputs = [q_in, m["k"], m["v"]] + (["", "", _bias(m, rw, q_in)] if m.get("mask") else [])
+    inputs = [m["q"], m["k"], m["v"]] + (["", "", _bias(m, rw, q_in)] if m.get("mask") else [])
     return _finish(m, rw, rw.add("MultiHeadAttention", inputs, attrs=_attrs(m), domain=MS_DOMAIN).outputs[0])
 
 

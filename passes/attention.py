@@ -17,6 +17,12 @@ targets, the scale, the mask's rank, a causal condition. Emitted: ``com.microsof
 (packed QKV) or, for projections that are not constant, ``MultiHeadAttention`` with
 ``--target ort``; ONNX ``Attention`` (opset >= 23) with ``--target onnx``.
 
+``fuse-attention-mha`` is the same fusion with the projections left as they are (three MatMul
+(+ Add), MultiHeadAttention taking q, k, v): which of the two forms onnxruntime runs faster
+depends on the CPU, the batch and the threads (BERT-base dynamo export, batch 2, one thread:
+the unpacked form measured faster), so no level selects it; ``graphtool tune`` tries it as a
+rewrite set of its own, and ``--passes`` names it.
+
 Known limits: a row whose mask hides every key is NaN in the fused op where the sdpa guard makes
 it 0 (such a row attends to nothing: padding queries over an all-padding batch entry); an
 additive mask with a larger batch than the input's batch of 1 is rejected by onnxruntime.
@@ -75,6 +81,8 @@ SELF_ATTENTION = Rule("self-attention", _core(*_qkv_sources(_packed)), parts.emi
                       parts.check_self_attention, emits="Attention")
 PROJECTED = Rule("projected-attention", _core(Var("q", rank=3), Var("k", rank=3), Var("v", rank=3)),
                  parts.emit_multi_head, parts.check_projected, emits="MultiHeadAttention")
+UNPACKED = Rule("unpacked-attention", PROJECTED.pattern, parts.emit_multi_head, parts.check_projected,
+                emits="MultiHeadAttention")
 ONNX_ATTENTION = Rule("onnx-attention", SELF_ATTENTION.pattern, parts.emit_onnx_attention,
                       parts.check_self_attention, emits="Attention")
 
@@ -92,6 +100,20 @@ class FuseAttentionOrt(_AttentionPass):
 
     def applies(self, graph: Graph, ctx: PassContext) -> bool:
         return contrib_allowed(graph, ctx, "Attention", "MultiHeadAttention")
+
+
+# Above every ``--level`` (1-3): a pass only ``--passes`` or a tune rewrite set selects.
+OPT_IN_LEVEL = 4
+
+
+@register(level=OPT_IN_LEVEL, target="ort", priority=44)
+class FuseAttentionMha(_AttentionPass):
+    """Fuse self-attention into com.microsoft MultiHeadAttention, the q/k/v projections left unpacked (opt-in)."""
+
+    rules = (UNPACKED,)
+
+    def applies(self, graph: Graph, ctx: PassContext) -> bool:
+        return ctx.target == "ort" and contrib_allowed(graph, ctx, "MultiHeadAttention")
 
 
 @register(level=2, priority=46)

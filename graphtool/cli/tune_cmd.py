@@ -34,7 +34,8 @@ def snippet(candidate: Candidate, output: str) -> str:
 
 def format_result(result: TuneResult) -> str:
     rows = [[r.stage, r.candidate.label(), f"{r.median * 1000:.2f}", f"±{r.spread:.0%}", f"{r.speedup:.2f}x",
-             "-" if r.candidate == result.baseline else f"{r.confidence:.0%}", r.rounds, r.status]
+             "-" if r.candidate == result.baseline else f"{r.confidence:.0%}", r.rounds,
+             r.status + (f", {r.left.split(' after')[0]}" if r.left else "")]
             for r in result.rows]
     lines = [format_table(rows, ["stage", "candidate", "median ms", "noise", "vs original", "conf. faster",
                                  "rounds", "status"])]

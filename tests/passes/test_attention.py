@@ -216,3 +216,70 @@ def test_transformers_exports_fuse_every_layer(name):
 
     check = verify(original, fused)
     assert check.ok, check.summary()
+
+
+# ------------------------------------------------------------ fuse-attention-mha (opt-in, unpacked QKV)
+
+
+def level2_with_mha(model, target: str = "ort"):
+    """Level 2 with the unpacked form instead of the packed one: what tune's rewrite set
+    "level 2, attention as MultiHeadAttention" runs (graphtool.tune_ort.rewrite_passes)."""
+    from graphtool.tune import RewriteSet
+    from graphtool.tune_ort import rewrite_passes
+
+    rewrite = RewriteSet("mha", 2, ("fuse-attention-ort",), ("fuse-attention-mha",))
+    fused, _, _ = optimize(model, level=2, target=target, passes=rewrite_passes(rewrite, target))
+    return fused
+
+
+@pytest.mark.parametrize("opset", [17, 13])
+def test_constant_projections_stay_unpacked_with_fuse_attention_mha(opset):
+    """MultiHeadAttention takes the three projections (MatMul + Add each) as q, k and v."""
+    proto = attention_model(opset=opset)
+    original, fused, _ = run(proto, ["fuse-attention-mha"])
+    counts = ops(fused)
+    assert counts["com.microsoft:MultiHeadAttention"] == 1 and "com.microsoft:Attention" not in counts
+    assert counts["MatMul"] == 3 and counts["Add"] == 3 and "Softmax" not in counts
+    node = fused.graph.nodes("MultiHeadAttention")[0]
+    assert node.attr("num_heads") == N and node.attr("scale") == pytest.approx(1 / np.sqrt(HD))
+    assert_same_outputs(original, fused, feeds(proto))
+    assert_same_outputs(original, fused, feeds(proto, seq=7))
+
+
+def test_fuse_attention_mha_causal_split_projections():
+    """GPT-2's one packed projection split in thirds: the Split's outputs become q, k, v."""
+    proto = attention_model(mask=False, causal=True, packed=True)
+    original, fused, _ = run(proto, ["fuse-attention-mha", "dead-code-elimination"])
+    counts = ops(fused)
+    assert counts["com.microsoft:MultiHeadAttention"] == 1 and counts["Split"] == 1
+    assert fused.graph.nodes("MultiHeadAttention")[0].attr("unidirectional") == 1
+    assert_same_outputs(original, fused, feeds(proto))
+
+
+def test_fuse_attention_mha_is_opt_in():
+    """No --level selects it (level 2 node counts stay), and only for --target ort does it fire."""
+    from graphtool.pass_manager import select_passes
+
+    for level in (1, 2, 3):
+        for target in ("ort", "onnx"):
+            assert "fuse-attention-mha" not in {c.name for c in select_passes(level, target)}
+    _, untouched, _ = run(attention_model(), ["fuse-attention-mha"], target="onnx")
+    assert "com.microsoft:MultiHeadAttention" not in ops(untouched)
+
+
+@pytest.mark.parametrize("name", ["torch/bert_ts", "torch/bert_dynamo", "torch/gpt2_ts", "torch/gpt2_dynamo",
+                                  "hf/whisper_encoder_sdpa_ts"])
+def test_torch_exports_fuse_every_layer_as_multi_head_attention(name):
+    """Both exporters: level 2 with the unpacked form makes one MultiHeadAttention per layer and
+    no packed Attention, outputs as torch's, and verified on discovered inputs. Whisper scales q
+    before the head split: MultiHeadAttention takes q before that Mul (its scale holds the factor)."""
+    from graphtool.verify import verify
+
+    path = os.path.join(FIXTURES, f"{name}.onnx")
+    fused = level2_with_mha(io.load(path))
+    counts = ops(fused)
+    assert counts["com.microsoft:MultiHeadAttention"] == 2 and "com.microsoft:Attention" not in counts, counts
+    assert "Softmax" not in counts
+    assert_exporter_outputs(path, fused)
+    check = verify(io.load(path), fused)
+    assert check.ok, check.summary()

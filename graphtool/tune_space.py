@@ -1,0 +1,212 @@
+"""What ``tune`` searches over and reports, as data: fusion families, rewrite sets, onnxruntime
+settings, candidates, the rows and kernels measured, the result; and the ``Timer`` protocol every
+measurement comes through.
+
+Kept apart from the search (graphtool.tune) so that the onnxruntime timer (graphtool.tune_ort),
+the command and the benchmark read these types without importing the search's decisions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+# Fusion families of graphtool's rewrite set (pass names); "level 2 with the family off" skips them.
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "attention": ("fuse-attention-ort", "fuse-attention"),
+    "skip/layer norm": ("ort-skip-layer-norm", "ort-embed-layer-norm", "fuse-layer-norm", "fuse-rms-norm",
+                        "ort-rms-norm"),
+    "GELU": ("fuse-gelu", "ort-gelu", "ort-bias-gelu", "ort-quick-gelu"),
+    "conv/gemm activation": ("ort-fused-conv", "ort-fused-gemm"),
+    "MatMul scale": ("ort-fused-matmul",),
+}
+# Another form of a family's fusion, made by opt-in passes no level runs: "level 2, <name>" skips the
+# family's usual passes and adds these (BERT-base dynamo, batch 2, one thread: MultiHeadAttention on
+# the three unpacked projections measured 2% faster than the original, packed Attention slower).
+VARIANTS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    "attention as MultiHeadAttention": ("attention", ("fuse-attention-ort",), ("fuse-attention-mha",)),
+}
+# A fused op → (its family, the passes that make it, onnxruntime's fusion that makes it too).
+FUSED_OPS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
+    "Attention": ("attention", ("fuse-attention-ort", "fuse-attention"), "AttentionFusion"),
+    "MultiHeadAttention": ("attention", ("fuse-attention-ort", "fuse-attention-mha"), "AttentionFusion"),
+    "SkipLayerNormalization": ("skip/layer norm", ("ort-skip-layer-norm",), "SkipLayerNormFusion"),
+    "SkipSimplifiedLayerNormalization": ("skip/layer norm", ("ort-skip-layer-norm",), "SkipLayerNormFusion"),
+    "EmbedLayerNormalization": ("skip/layer norm", ("ort-embed-layer-norm",), "EmbedLayerNormFusion"),
+    "LayerNormalization": ("skip/layer norm", ("fuse-layer-norm",), "LayerNormFusion"),
+    "SimplifiedLayerNormalization": ("skip/layer norm", ("fuse-rms-norm", "ort-rms-norm"), "SimplifiedLayerNormFusion"),
+    "RMSNormalization": ("skip/layer norm", ("fuse-rms-norm",), None),
+    "Gelu": ("GELU", ("fuse-gelu", "ort-gelu"), "GeluFusion"),
+    "BiasGelu": ("GELU", ("ort-bias-gelu",), "BiasGeluFusion"),
+    "FastGelu": ("GELU", ("ort-gelu",), "FastGeluFusion"),
+    "QuickGelu": ("GELU", ("ort-quick-gelu",), "QuickGeluFusion"),
+    "FusedConv": ("conv/gemm activation", ("ort-fused-conv",), "ConvActivationFusion"),
+    "FusedGemm": ("conv/gemm activation", ("ort-fused-gemm",), "GemmActivationFusion"),
+    "FusedMatMul": ("MatMul scale", ("ort-fused-matmul",), "MatMulScaleFusion"),
+}
+# onnxruntime's own fusions (names its disabled_optimizers accepts) → the op each one makes.
+ORT_FUSIONS: dict[str, str] = {
+    "AttentionFusion": "Attention", "SkipLayerNormFusion": "SkipLayerNormalization",
+    "EmbedLayerNormFusion": "EmbedLayerNormalization", "LayerNormFusion": "LayerNormalization",
+    "SimplifiedLayerNormFusion": "SimplifiedLayerNormalization", "GeluFusion": "Gelu",
+    "BiasGeluFusion": "BiasGelu", "FastGeluFusion": "FastGelu", "QuickGeluFusion": "QuickGelu",
+    "MatMulScaleFusion": "FusedMatMul", "ConvActivationFusion": "FusedConv", "GemmActivationFusion": "FusedGemm",
+}
+# The names onnxruntime registers some fusions under differ by version (1.32 has GeluFusionL1/L2 and
+# LayerNormFusionL1/L2, not GeluFusion); names it does not know it ignores, so all of them are passed.
+ORT_ALIASES: dict[str, tuple[str, ...]] = {
+    "GeluFusion": ("GeluFusion", "GeluFusionL1", "GeluFusionL2"),
+    "LayerNormFusion": ("LayerNormFusion", "LayerNormFusionL1", "LayerNormFusionL2"),
+    "SkipLayerNormFusion": ("SkipLayerNormFusion", "BiasSkipLayerNormFusion"),
+}
+
+
+@dataclass(frozen=True)
+class RewriteSet:
+    """A graphtool rewrite of the model: ``level`` 0 is the original, ``skip`` the passes left out,
+    ``extra`` opt-in passes run besides the level's (``VARIANTS``)."""
+
+    name: str
+    level: int = 0
+    skip: tuple[str, ...] = ()
+    extra: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "level": self.level, "skip": list(self.skip), "extra": list(self.extra)}
+
+
+@dataclass(frozen=True)
+class OrtSettings:
+    """The onnxruntime session settings tune chooses; ``threads`` 0 is onnxruntime's default (one per core)."""
+
+    level: str = "all"
+    disabled: tuple[str, ...] = ()
+    threads: int = 0
+
+    def label(self) -> str:
+        text = f"ORT {self.level}"
+        if self.disabled:
+            text += " -" + ",-".join(self.disabled)
+        return text + f", {self.threads or 'default'} thr"
+
+    def optimizer_names(self) -> list[str]:
+        """``disabled`` as the names onnxruntime's ``disabled_optimizers`` takes (aliases expanded)."""
+        return list(dict.fromkeys(n for name in self.disabled for n in ORT_ALIASES.get(name, (name,))))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"graph_optimization_level": self.level, "disabled_optimizers": self.optimizer_names(),
+                "intra_op_num_threads": self.threads}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    rewrite: RewriteSet
+    ort: OrtSettings
+    replica: int = 0  # 1: the A/A control, a second session of the same model and settings
+
+    def label(self) -> str:
+        return f"{self.rewrite.name} | {self.ort.label()}" + (" (A/A control: a 2nd session)" if self.replica else "")
+
+
+class Timer(Protocol):
+    """Where measurements come from (graphtool.tune_ort.OrtTimer, or a fake in tests)."""
+
+    wall_per_run: float  # elapsed seconds per run in the last ``time`` call's timed rounds
+
+    def kernels(self, threads: int, seconds: float) -> dict[str, tuple[str, list[float], list[float]]]:
+        """Fused op type → (shapes, fused samples, unfused samples): one instance of each fused op
+        the level-2 rewrite makes, against the subgraph it replaced, interleaved, for ``seconds``."""
+        ...
+
+    def ort_fusions(self, rewrite: RewriteSet) -> list[str]:
+        """onnxruntime fusions (``ORT_FUSIONS`` names) that fire on this rewrite set's model."""
+        ...
+
+    def time(self, candidates: Sequence[Candidate], rounds: int) -> dict[Candidate, list[float]]:
+        """Seconds per run of each candidate, ``rounds`` rounds, candidates interleaved in each."""
+        ...
+
+    def ops(self, candidate: Candidate) -> set[str]:
+        """The op types onnxruntime runs for ``candidate`` (its model after ORT's own optimizations)."""
+        ...
+
+    def capacity(self) -> int:
+        """How many sessions of this model memory holds at once (the search opens no more)."""
+        ...
+
+    def release(self, candidates: Sequence[Candidate]) -> None:
+        """Close the sessions of ``candidates`` (they left the race): their memory goes back now."""
+        ...
+
+
+Verifier = Callable[[RewriteSet], "str | None"]  # None when the rewrite set's model is verified, else why not
+
+
+@dataclass
+class Row:
+    """One candidate in one batch, against the baseline measured in the same batch."""
+
+    candidate: Candidate
+    stage: str
+    median: float
+    baseline: float
+    spread: float
+    rounds: int
+    confidence: float  # that it is faster than the baseline
+    status: str = "measured"
+    left: str = ""  # why it left its race before the end (dropped as slower, or retired to make room)
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline / self.median if self.median > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rewrite": self.candidate.rewrite.as_dict(), "ort": self.candidate.ort.as_dict(),
+                "label": self.candidate.label(), "stage": self.stage, "median_ms": round(self.median * 1000, 4),
+                "baseline_ms": round(self.baseline * 1000, 4), "speedup": round(self.speedup, 4),
+                "spread": round(self.spread, 4), "rounds": self.rounds,
+                "confidence_faster_than_baseline": round(self.confidence, 3), "status": self.status,
+                "left_race": self.left}
+
+
+@dataclass
+class Kernel:
+    """A fused op's micro-benchmark against the subgraph it replaces."""
+
+    op: str
+    shapes: str
+    fused: float
+    unfused: float
+    confidence: float  # that the fused kernel is the faster one
+    verdict: str  # "faster", "slower" or "within noise"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "shapes": self.shapes, "fused_us": round(self.fused * 1e6, 2),
+                "unfused_us": round(self.unfused * 1e6, 2), "ratio": round(self.fused / self.unfused, 3),
+                "confidence_fused_faster": round(self.confidence, 3), "verdict": self.verdict}
+
+
+@dataclass
+class TuneResult:
+    winner: Candidate
+    baseline: Candidate
+    speedup: float
+    confidence: float  # that the winner is faster than the baseline
+    runner_up_confidence: float | None  # that the winner beats the runner-up of its batch
+    rows: list[Row] = field(default_factory=list)
+    kernels: list[Kernel] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # rewrite set → why verification refused it
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"winner": {"rewrite": self.winner.rewrite.as_dict(), "ort": self.winner.ort.as_dict(),
+                           "label": self.winner.label()},
+                "baseline": self.baseline.label(), "speedup": round(self.speedup, 4),
+                "confidence": round(self.confidence, 3),
+                "runner_up_confidence": None if self.runner_up_confidence is None else round(self.runner_up_confidence, 3),
+                "tried": [r.as_dict() for r in self.rows], "kernels": [k.as_dict() for k in self.kernels],
+                "findings": self.findings, "skipped": self.skipped, "verification_failed": self.failed,
+                "seconds": round(self.seconds, 2)}
+
