@@ -162,11 +162,13 @@ def _clusters(og: Graph, rg: Graph) -> tuple[dict[int, list[Node]], dict[int, li
         return [v for n in members for v in n.outputs if v and not og.has_value(v)]
 
     # 1. values the original lacks, read by one node: producer and reader are one rewrite
+    known = og.has_value
     for node in nodes:
-        for value in unknown_outputs([node]):
-            readers = rg.consumers(value)
-            if len(readers) == 1:
-                parent[find(readers[0].id)] = find(node.id)
+        for value in node.outputs:
+            if value and not known(value):
+                readers = rg.consumers(value)
+                if len(readers) == 1:
+                    parent[find(readers[0].id)] = find(node.id)
 
     def grouped() -> dict[int, list[Node]]:
         table: dict[int, list[Node]] = {}
@@ -182,7 +184,7 @@ def _clusters(og: Graph, rg: Graph) -> tuple[dict[int, list[Node]], dict[int, li
     #    mask for every Attention node): those stay apart and read the helper's inputs instead.
     helpers: dict[int, list[Node]] = {}
     while True:
-        clusters = grouped()
+        clusters = grouped()  # after the last round, which merged nothing, still the clusters
         heads = {root for root, members in clusters.items() if headless(members)}
         merged = False
         helpers = {}
@@ -219,7 +221,7 @@ def _clusters(og: Graph, rg: Graph) -> tuple[dict[int, list[Node]], dict[int, li
             helper_inputs[root] = found
         return helper_inputs[root]
 
-    clusters = {root: members for root, members in grouped().items() if root not in helpers}
+    clusters = {root: members for root, members in clusters.items() if root not in helpers}
     extra: dict[int, set[str]] = {}
     for root, members in clusters.items():
         for n in members:
