@@ -122,22 +122,42 @@ def input_specs(sess: Any) -> list[InputSpec]:
     return specs
 
 
+@dataclass
+class Snapshot:
+    """What the reference needs of the original, taken at once: after it, the original may be
+    optimized in place while the reference's session builds (``ReferenceJob``)."""
+
+    proto: Any  # the original as a ModelProto (None for external-data models: the session reads the path)
+    source: Model | str  # what the session opens
+    branchy: bool  # If/Loop/Scan: instrument for coverage
+
+    @staticmethod
+    def of(original: Model, original_path: str | None = None) -> "Snapshot":
+        proto = None if io.wants_external(original) else to_onnx(original)
+        # only If/Loop/Scan make coverage sites: without them the whole-model copy is skipped
+        branchy = any(original.graph.has_op(op) for op in ("If", "Loop", "Scan"))
+        return Snapshot(proto, original_path or original, branchy)
+
+    @property
+    def detached(self) -> bool:
+        """True when nothing later reads the original Model (the session opens the file)."""
+        return isinstance(self.source, str)
+
+
 class Reference:
     """The original model in onnxruntime, instrumented for branch coverage when it has Ifs."""
 
-    def __init__(self, original: Model, original_path: str | None = None, stop: threading.Event | None = None) -> None:
+    def __init__(self, snapshot: Snapshot, stop: threading.Event | None = None) -> None:
         self.stop = stop
         self.sites: list[Site] = []
-        self.proto = None if io.wants_external(original) else to_onnx(original)
-        # only If/Loop/Scan make coverage sites: without them the whole-model copy is skipped
-        branchy = any(original.graph.has_op(op) for op in ("If", "Loop", "Scan"))
-        instrumented = instrument(self.proto) if self.proto is not None and branchy else None
+        self.proto = snapshot.proto
+        instrumented = instrument(self.proto) if self.proto is not None and snapshot.branchy else None
         self._check()
         if instrumented is not None:
             copy, self.sites = instrumented
             self.session = make_session(copy.SerializeToString())
         else:
-            self.session = make_session(original_path or original)
+            self.session = make_session(snapshot.source)
         self.names = [o.name for o in self.session.get_outputs()]
 
     def _check(self) -> None:
@@ -180,11 +200,11 @@ class _Abandoned(Exception):
     """A ReferenceJob whose verification will not happen stops at its next onnxruntime call."""
 
 
-def _reference_side(original: Model, original_path: str | None, seed: int, input_shapes: dict[str, list[int]] | None,
+def _reference_side(snapshot: Snapshot, seed: int, input_shapes: dict[str, list[int]] | None,
                     feeds: dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None,
                     input_values: dict[str, list[Any]] | None, input_sets: list[InputSet] | None,
                     stop: threading.Event | None = None) -> _ReferenceSide:
-    ref = Reference(original, original_path, stop)
+    ref = Reference(snapshot, stop)
     discovery = None
     if input_sets is None:
         specs = input_specs(ref.session)
@@ -226,7 +246,8 @@ class ReferenceJob:
 
         self.original = original
         self._stop = threading.Event()
-        args = (original, original_path, seed, input_shapes, feeds, input_values, None, self._stop)
+        self.snapshot = Snapshot.of(original, original_path)  # here: the thread never reads the Model
+        args = (self.snapshot, seed, input_shapes, feeds, input_values, None, self._stop)
         self._side: _ReferenceSide | None = None
         # a big model's in its own child: the passes' folds in the main one never wait behind its session build
         self._job = sandbox.Background(lambda: _reference_side(*args),
@@ -271,7 +292,7 @@ def verify(original: Model, rewritten: Model, seed: int = 0, input_shapes: dict[
             raise ValueError("verify: the reference job was started for another model")
         side = reference.result()
     else:
-        side = _reference_side(original, original_path, seed, input_shapes, feeds, input_values, input_sets)
+        side = _reference_side(Snapshot.of(original, original_path), seed, input_shapes, feeds, input_values, input_sets)
     input_sets, coverage, expected, ref_proto = side.input_sets, side.coverage, side.expected, side.proto
     result = Verification(True, rtol, atol, sets=[s.label for s in input_sets], discovery=side.discovery,
                           coverage=coverage, input_sets=input_sets)
@@ -305,6 +326,6 @@ def verify(original: Model, rewritten: Model, seed: int = 0, input_shapes: dict[
 def find_inputs(model: Model, path: str | None = None, input_shapes: dict[str, list[int]] | None = None,
                 input_values: dict[str, list[Any]] | None = None, seed: int = 0) -> Discovery:
     """Input sets the original runs on, found as verify finds them (for compare and benchmarks)."""
-    ref = Reference(model, path)
+    ref = Reference(Snapshot.of(model, path))
     return discover(ref.proto if ref.proto is not None else onnx.ModelProto(), ref.run, input_specs(ref.session),
                     seed, input_shapes, input_values)
