@@ -159,15 +159,18 @@ class _Worker:
         if self.proc is None or self.proc.poll() is not None:
             self.stop()
             self.start()
-        assert self.proc is not None
+        proc = self.proc  # ``cancel`` may stop the child from another thread: this call keeps its own handle
+        assert proc is not None
         closing, self.closing = self.closing, []
         request = pickle.dumps((closing, fn.__module__, fn.__qualname__, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
         try:
-            self.proc.stdin.write(_HEADER.pack(len(request)))
-            self.proc.stdin.write(request)
-            self.proc.stdin.flush()
-            status, payload = self._reply(what)
-        except (BrokenPipeError, _Died):
+            proc.stdin.write(_HEADER.pack(len(request)))
+            proc.stdin.write(request)
+            proc.stdin.flush()
+            status, payload = self._reply(proc, what)
+        except (BrokenPipeError, ValueError, OSError, _Died):  # ValueError/OSError: a pipe closed under us
+            if self.proc is not proc:
+                raise LimitHit(f"onnxruntime's child was stopped {what}") from None
             raise self._death(what) from None
         except BaseException:  # timeout, Ctrl-C: the child may be mid-call; never reuse it
             self.stop()
@@ -182,9 +185,8 @@ class _Worker:
             raise payload
         raise RuntimeError(payload)  # an exception that would not pickle: its type and message
 
-    def _reply(self, what: str) -> tuple[str, Any]:
-        assert self.proc is not None
-        stream = self.proc.stdout
+    def _reply(self, proc: subprocess.Popen, what: str) -> tuple[str, Any]:
+        stream = proc.stdout
         deadline = time.monotonic() + CONFIG.time
         header = self._read(stream, _HEADER.size, deadline, what)
         (size,) = _HEADER.unpack(header)
