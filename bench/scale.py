@@ -26,8 +26,11 @@ runs every step with another checkout too, interleaved, for a before/after table
     python bench/scale.py --model chain --sizes 100000,1000000 \
         --steps load,inspect,optimize,diffself,save --against /tmp/gt-before
 
-Steps: ``load`` (io.load), ``inspect`` (load + what ``graphtool inspect`` computes: the report and
-the check summary), ``optimize`` (load + optimize --level N, no verification), ``diffself`` (load +
+``--peers onnx_ir,onnxsim,onnxslim`` times those tools on the same files in the same run
+(``--peer-timeout`` wall seconds each; a run past it is reported as "did not finish in N s").
+
+Steps: ``load`` (io.load), ``inspect`` (what ``graphtool inspect`` computes, load included: the
+report, onnx's checker and the check summary), ``optimize`` (load + optimize --level N, no verification), ``diffself`` (load +
 diff(model, model)), ``save`` (load + io.save). Time is the step's own; RSS is the process peak,
 load included.
 
@@ -82,28 +85,38 @@ class RepoPasses:
                                                       submodule_search_locations=[self.dir])
 
 
-STEP_NAMES = {"load": "load", "inspect": "inspect", "optimize": "optimize --level {level}",
+STEP_NAMES = {"load": "load", "inspect": "inspect (load included)", "optimize": "optimize --level {level}",
               "diffself": "diff(model, model)", "save": "save"}
 
 
 def step_worker(step: str, path: str, level: int, target: str) -> dict:
-    """One step of ``--steps`` (after a load, which is timed too); returns {step: {wall, cpu}, ...}."""
+    """One step of ``--steps`` (after a load, which is timed too); returns {step: {wall, cpu}, ...}.
+    ``inspect`` is timed whole, load included, as ``graphtool inspect`` runs it: a checkout with
+    ``inspect_file`` runs onnx's checker before building the IR, an older one after."""
     from graphtool import io
 
     out: dict = {}
+    name = STEP_NAMES[step].format(level=level)
+    if step == "inspect":
+        import importlib
+
+        from graphtool.check import check
+
+        inspecting = importlib.import_module("graphtool.inspect")  # graphtool.inspect is also a function
+
+        with Clock() as c:
+            if hasattr(inspecting, "inspect_file"):
+                model, report = inspecting.inspect_file(path)
+            else:
+                model = io.load(path)
+                report = inspecting.inspect_model(model, path)
+            report["check"] = check(model).summary()
+        out[name] = vars(c)
+        return out
     with Clock() as c:
         model = io.load(path)
     out["load"] = vars(c)
-    name = STEP_NAMES[step].format(level=level)
-    if step == "inspect":
-        from graphtool.check import check
-        from graphtool.inspect import inspect_model
-
-        with Clock() as c:
-            report = inspect_model(model, path)
-            report["check"] = check(model).summary()
-        out[name] = vars(c)
-    elif step == "optimize":
+    if step == "optimize":
         from graphtool.optimize import optimize
 
         with Clock() as c:
@@ -130,12 +143,58 @@ def step_worker(step: str, path: str, level: int, target: str) -> dict:
     return out
 
 
+PEER_STEPS = {"onnx_ir": ("onnx_ir load", "onnx_ir save"), "onnxsim": ("onnxsim simplify",),
+              "onnxslim": ("onnxslim slim",)}
+
+
+def peer_worker(tool: str, path: str) -> dict:
+    """A peer on the same file, as its user calls it: onnx_ir ``load`` and ``save`` timed apart;
+    onnxsim (``onnx.load`` + ``simplify`` + ``onnx.save``) and onnxslim (``slim(src, out)``) whole."""
+    out: dict = {}
+    scratch = tempfile.mkdtemp(prefix="gt-scale-")
+    target = os.path.join(scratch, "out.onnx")
+    try:
+        if tool == "onnx_ir":
+            import onnx_ir as ir
+
+            with Clock() as c:
+                model = ir.load(path)
+            out["onnx_ir load"] = vars(c)
+            with Clock() as c:
+                ir.save(model, target)
+            out["onnx_ir save"] = vars(c)
+        elif tool == "onnxsim":
+            import onnx
+            from onnxsim import simplify
+
+            with Clock() as c:
+                model, _ = simplify(onnx.load(path))
+                onnx.save(model, target)
+            out["onnxsim simplify"] = vars(c)
+            out["nodes_after"] = len(model.graph.node)
+        elif tool == "onnxslim":
+            import onnx
+            import onnxslim
+
+            with Clock() as c:
+                onnxslim.slim(path, target)
+            out["onnxslim slim"] = vars(c)
+            out["nodes_after"] = len(onnx.load(target, load_external_data=False).graph.node)
+        else:
+            raise SystemExit(f"unknown peer {tool!r} (choose from {', '.join(PEER_STEPS)})")
+    finally:
+        for leftover in os.listdir(scratch):
+            os.unlink(os.path.join(scratch, leftover))
+        os.rmdir(scratch)
+    return out
+
+
 def worker(what: str, path: str, level: int = 1, target: str = "onnx", repo: str | None = None) -> dict:
     """One measurement, run in its own process; returns {step: {wall, cpu}, ...}."""
     if repo:
         sys.meta_path.insert(0, RepoPasses(repo))
-    if what.startswith("step:"):
-        out = step_worker(what[5:], path, level, target)
+    if what.startswith(("step:", "peer:")):
+        out = step_worker(what[5:], path, level, target) if what.startswith("step:") else peer_worker(what[5:], path)
         out["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         for v in out.values():
             if isinstance(v, dict):
@@ -193,13 +252,18 @@ def worker(what: str, path: str, level: int = 1, target: str = "onnx", repo: str
     return out
 
 
-def run_worker(what: str, path: str, args: argparse.Namespace) -> dict:
+def run_worker(what: str, path: str, args: argparse.Namespace, timeout: float | None = None) -> dict:
+    """``worker(what, path)`` in a fresh process; with ``timeout``, {"timeout": seconds} if it
+    ran out of time (the child is killed)."""
     cmd = [sys.executable, __file__, "--worker", what, path, "--level", str(args.level), "--target", args.target]
     env, cwd = None, None
     if args.repo:
         cmd += ["--repo", args.repo]
         env, cwd = {**os.environ, "PYTHONPATH": args.repo}, args.repo
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"timeout": timeout}
     if proc.returncode:
         raise SystemExit(f"worker {what} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -249,6 +313,14 @@ def steps_table(args: argparse.Namespace) -> int:
                     if key not in best or got["cpu"] < best[key]["cpu"]:
                         best[key] = got
                     print(f"[{label} {n:,} {step}: {fmt(got)} s, {got['rss']:.0f} MB]", file=sys.stderr, flush=True)
+    peers = [p for p in (args.peers or "").split(",") if p]
+    peer_runs: dict[tuple[str, int], dict] = {}
+    for n in sizes:
+        path = model_path(n, args.model)
+        for tool in peers:
+            run = run_worker(f"peer:{tool}", path, args, timeout=args.peer_timeout)
+            peer_runs[(tool, n)] = run
+            print(f"[{tool} {n:,}: {run}]", file=sys.stderr, flush=True)
     labels = list(checkouts)
     print(f"### {args.model} graphs, each step in a fresh process (CPU s, wall s in parentheses; peak RSS MB of "
           "that process, load included)\n")
@@ -267,6 +339,20 @@ def steps_table(args: argparse.Namespace) -> int:
         for label in labels:
             ratios = ", ".join(f"{s} {best[(label, hi, s)]['cpu'] / best[(label, lo, s)]['cpu']:.2f}" for s in steps)
             print(f"- {label}: {ratios}")
+    if peers:
+        print(f"\n### Peers on the same {args.model} files, each in a fresh process (CPU s, wall s in parentheses; "
+              f"peak RSS MB; time limit {args.peer_timeout:g} s wall)\n")
+        print("| tool: step | nodes | s | MB | nodes after |")
+        print("|---|---:|---:|---:|---:|")
+        for tool in peers:
+            for n in sizes:
+                run = peer_runs[(tool, n)]
+                for step in PEER_STEPS[tool]:
+                    if "timeout" in run:
+                        print(f"| {tool}: {step} | {n:,} | did not finish in {run['timeout']:g} s | – | – |")
+                    else:
+                        print(f"| {tool}: {step} | {n:,} | {fmt(run[step])} | {run['max_rss_mb']:,.0f} "
+                              f"| {run.get('nodes_after', '–')} |")
     return 0
 
 
@@ -291,6 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", help="time these steps instead (load,inspect,optimize,diffself,save)")
     ap.add_argument("--against", help="with --steps: also run every step with this checkout (before/after)")
     ap.add_argument("--rounds", type=int, default=1, help="with --steps: rounds (best CPU kept)")
+    ap.add_argument("--peers", help="with --steps: also time these peers on the same files "
+                    f"({', '.join(PEER_STEPS)})")
+    ap.add_argument("--peer-timeout", type=float, default=600, help="with --peers: wall seconds per peer run")
     ap.add_argument("--worker", nargs=2, metavar=("WHAT", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.repo:

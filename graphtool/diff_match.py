@@ -1,25 +1,24 @@
 """Matching the nodes of two graphs: structural hashes, then names, then neighbours.
 
 See graphtool.diff's docstring for the phases and why structure goes before names. ``Matcher``
-pairs the nodes of one pair of graphs and classifies each matched pair's differences;
+pairs the nodes of one pair of graphs (``diff_changes`` then says how each pair differs);
 graphtool.diff drives it over the main graph, subgraphs and functions.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Any, Callable, Iterable
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Mapping
 
-from onnx import TensorProto, numpy_helper
-
-from graphtool.diff_values import (
-    canonical, constant_key, format_value, qualified, same_array, tensor_key, type_string, value_change,
-)
+from graphtool.diff_values import canonical, constant_key, tensor_key
 from graphtool.ir.graph import Graph, Node
-from graphtool.ir.tensor import Tensor
 
 _RADIUS = 10  # hops through unmatched nodes when looking for a leftover's matched neighbours
 _MAX_VISIT = 64  # nodes one such local search may look at (keeps high fan-out values cheap)
+
+
+_NONE: Mapping[str, Any] = MappingProxyType({})  # attrs / canon of an op without attributes
 
 
 class Hashes:
@@ -37,7 +36,7 @@ class Hashes:
         self.index = {n.id: i for i, n in enumerate(self.order)}
         self.attrs: dict[int, dict[str, Any]] = {}
         self.canon: dict[int, dict[str, Any]] = {}
-        self.subgraphs: dict[int, list[tuple[str, int, Graph]]] = {}
+        self.canon_key: dict[int, tuple] = {}  # canon as a sorted tuple (both hashes use it)
         self.forward: dict[int, int] = {}
         self.backward: dict[int, int] = {}
         self.value_hash: dict[str, int] = {}
@@ -74,21 +73,26 @@ class Hashes:
     def _forward(self) -> None:
         for node in self.order:
             attrs = node.attrs
-            subs: list[tuple[str, int, Graph]] = []
-            canon: dict[str, Any] = {}
-            for key, value in attrs.items():
-                if isinstance(value, Graph):
-                    subs.append((key, 0, value))
-                elif isinstance(value, list) and value and isinstance(value[0], Graph):
-                    subs.extend((key, k, sub) for k, sub in enumerate(value))
-                else:
-                    canon[key] = canonical(value)
-            self.attrs[node.id], self.canon[node.id], self.subgraphs[node.id] = attrs, canon, subs
-            sub_hashes = tuple(sorted((key, k, self.subgraph_hash(sub)) for key, k, sub in subs))
+            if not attrs:  # most ops: one shared empty table, not new ones per op (issue 19)
+                self.attrs[node.id] = self.canon[node.id] = _NONE
+                self.canon_key[node.id] = sub_hashes = ()
+            else:
+                subs: list[tuple[str, int, Graph]] = []
+                canon: dict[str, Any] = {}
+                for key, value in attrs.items():
+                    if isinstance(value, Graph):
+                        subs.append((key, 0, value))
+                    elif isinstance(value, list) and value and isinstance(value[0], Graph):
+                        subs.extend((key, k, sub) for k, sub in enumerate(value))
+                    else:
+                        canon[key] = canonical(value)
+                self.attrs[node.id], self.canon[node.id] = attrs, canon
+                self.canon_key[node.id] = tuple(sorted(canon.items()))
+                sub_hashes = tuple(sorted((key, k, self.subgraph_hash(sub)) for key, k, sub in subs))
             h = hash((
                 node.op_type,
                 node.domain,
-                tuple(sorted(canon.items())),
+                self.canon_key[node.id],
                 tuple(self.hash_of(v) for v in node.inputs),
                 sub_hashes,
             ))
@@ -118,7 +122,7 @@ class Hashes:
             self.backward[node.id] = hash((
                 node.op_type,
                 node.domain,
-                tuple(sorted(self.canon[node.id].items())),
+                self.canon_key[node.id],
                 tuple(outs),
                 len(node.inputs),
             ))
@@ -436,99 +440,3 @@ class Matcher:
             cands = [b for b in index.get(key, ()) if b not in self.b2a]
             if len(cands) == 1 and len(self.gb.node(cands[0]).outputs) == len(node.outputs):
                 self.pair(node.id, cands[0], "same inputs")
-
-    # -- classification
-
-    def node_changes(self, a: Node, b: Node) -> list[dict[str, Any]]:
-        details: list[dict[str, Any]] = []
-        if (a.op_type, a.domain) != (b.op_type, b.domain):
-            details.append({"what": "op_type", "old": qualified(a), "new": qualified(b)})
-        ca, cb = self.ha.canon[a.id], self.hb.canon[b.id]
-        for key in sorted(set(ca) | set(cb)):
-            if ca.get(key) == cb.get(key):
-                continue
-            old, new = self.ha.attrs[a.id].get(key), self.hb.attrs[b.id].get(key)
-            entry: dict[str, Any] = {
-                "what": "attribute",
-                "name": key,
-                "old": None if key not in ca else format_value(old),
-                "new": None if key not in cb else format_value(new),
-            }
-            if isinstance(old, TensorProto) and isinstance(new, TensorProto):
-                entry.update(value_change(numpy_helper.to_array(old), numpy_helper.to_array(new)))
-            details.append(entry)
-        ins_a, ins_b = a.inputs, b.inputs
-        for slot in range(max(len(ins_a), len(ins_b))):
-            va = ins_a[slot] if slot < len(ins_a) else ""
-            vb = ins_b[slot] if slot < len(ins_b) else ""
-            if self.token_a(va) == self.token_b(vb):
-                continue
-            const_a = self.ga.const(va) if va else None
-            const_b = self.gb.const(vb) if vb else None
-            if const_a is not None and const_b is not None:
-                if same_array(const_a, const_b):
-                    continue  # e.g. a Constant node became an initializer: the value is what counts
-                both_init = self._initializer(self.ga, va) is not None and self._initializer(self.gb, vb) is not None
-                entry = {"what": "initializer" if both_init else "constant", "slot": slot, "old": va, "new": vb}
-                entry.update(value_change(const_a, const_b))
-                details.append(entry)
-            else:
-                details.append({"what": "input", "slot": slot, "old": va or None, "new": vb or None})
-        if len(a.outputs) != len(b.outputs):
-            details.append({"what": "outputs", "old": len(a.outputs), "new": len(b.outputs)})
-        return details
-
-    @staticmethod
-    def _initializer(graph: Graph, value: str) -> Tensor | None:
-        g: Graph | None = graph
-        while g is not None and value:
-            if value in g.initializers:
-                return g.initializers[value]
-            if g.producer(value) is not None or value in g.inputs:
-                return None
-            g = g.parent
-        return None
-
-    def graph_changes(self, main: bool) -> list[dict[str, Any]]:
-        ga, gb = self.ga, self.gb
-        changes: list[dict[str, Any]] = []
-        out_pairs, outs_a, outs_b = pair_names(list(ga.outputs), list(gb.outputs), main)
-        for kind, pairs, only_a, only_b in (
-            ("input", self.input_pairs, self.inputs_only_a, self.inputs_only_b),
-            ("output", out_pairs, outs_a, outs_b),
-        ):
-            for va, vb in pairs:
-                if main and va != vb:
-                    changes.append({"what": f"{kind} renamed", "old": va, "new": vb})
-                ta, tb = type_string(ga, va), type_string(gb, vb)
-                if ta != tb:
-                    changes.append({"what": f"{kind} type", "name": vb, "old": ta, "new": tb})
-            changes += [{"what": f"{kind} removed", "name": v, "type": type_string(ga, v)} for v in only_a]
-            changes += [{"what": f"{kind} added", "name": v, "type": type_string(gb, v)} for v in only_b]
-        return changes + self._initializer_changes()
-
-    def _initializer_changes(self) -> list[dict[str, Any]]:
-        """Initializers no node reads. Used ones show up in their consumers' changes; unused
-        ones would go unnoticed: dead weight that appeared, disappeared, or was left behind."""
-        ga, gb = self.ga, self.gb
-        unused_a = {n: self.ha.init_key(n) for n in ga.initializers if not ga.uses(n) and not ga.is_output(n)}
-        unused_b = {n: self.hb.init_key(n) for n in gb.initializers if not gb.uses(n) and not gb.is_output(n)}
-        if not unused_a and not unused_b:
-            return []
-        all_a = Counter(self.ha.init_key(n) for n in ga.initializers)
-        all_b = Counter(self.hb.init_key(n) for n in gb.initializers)
-        still_unused = Counter(unused_a.values())
-        changes: list[dict[str, Any]] = []
-        for name, key in unused_b.items():
-            if all_b[key] > all_a[key]:
-                all_b[key] -= 1
-                changes.append({"what": "unused initializer added", "name": name})
-            elif still_unused[key] > 0:
-                still_unused[key] -= 1
-            else:
-                changes.append({"what": "initializer no longer used", "name": name})
-        for name, key in unused_a.items():
-            if all_a[key] > all_b[key]:
-                all_a[key] -= 1
-                changes.append({"what": "unused initializer removed", "name": name})
-        return changes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections import Counter
 from typing import Any
@@ -76,8 +77,42 @@ def checker_result(path: str | None, model_proto: onnx.ModelProto | None = None)
         return first[0][:300] if first else type(err).__name__
 
 
-def inspect_model(model: Model, path: str | None = None) -> dict[str, Any]:
-    """The report as a JSON-ready dict; parameter sizes come from tensor metadata only."""
+def _release_freed_memory() -> None:
+    """Hand the C heap's free pages back to the OS (glibc ``malloc_trim``; elsewhere a no-op).
+
+    onnx's checker parses the whole file in C++ (~350 MB for a million-node chain) and frees it
+    on return; without this, glibc keeps most of those pages, and the IR built next stacks on
+    top of them in the process's peak RSS."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def inspect_file(path: str) -> tuple[Model, dict[str, Any]]:
+    """Load ``path`` and report on it, running onnx's checker *before* the IR is built (once
+    ``io.load`` has refused what is unsafe to hand to onnx: FIFOs, bad opsets, deep nesting).
+
+    The checker's own parse of the file and the IR are then never alive at once: on a
+    million-node chain that is the difference between a 1.3 GB and a 0.9 GB peak (issue 19).
+    Returns the model too, for the caller's further reports (``graphtool inspect`` adds the
+    ``check`` summary)."""
+    from graphtool import io
+
+    verdict: list[str] = []
+
+    def check_file() -> None:  # the file is known safe to hand to onnx by now (io.load's checks)
+        verdict.append(checker_result(path))
+        _release_freed_memory()
+
+    model = io.load(path, validated=check_file)
+    return model, inspect_model(model, path, checker=verdict[0] if verdict else None)
+
+
+def inspect_model(model: Model, path: str | None = None, checker: str | None = None) -> dict[str, Any]:
+    """The report as a JSON-ready dict; parameter sizes come from tensor metadata only.
+    ``checker``: onnx's checker verdict on ``path`` when the caller already has it
+    (``inspect_file``); otherwise the checker runs here."""
     shell = model.proto_shell
     main = model.graph
     params = bytes_total = external_bytes = 0
@@ -140,7 +175,7 @@ def inspect_model(model: Model, path: str | None = None) -> dict[str, Any]:
             }
             for fn in model.functions
         ],
-        "checker": checker_result(path),
+        "checker": checker_result(path) if checker is None else checker,
         "ort_missing_kernels": missing_kernels(model, histogram),
     }
 

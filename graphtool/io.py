@@ -12,7 +12,7 @@ import contextlib
 import functools
 import os
 import secrets
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from google.protobuf.message import DecodeError
 from onnx import GraphProto, ModelProto, NodeProto, TensorProto
@@ -98,12 +98,16 @@ def _utf8_ok(data: bytes) -> bool:
     return True
 
 
-def load(path: str | os.PathLike[str]) -> Model:
+def load(path: str | os.PathLike[str], validated: Callable[[], None] | None = None) -> Model:
     """Read a model into the IR. External data stays on disk until a tensor is asked for.
 
     The file is ``stat``-ed before it is opened: FIFOs, devices, sockets and folders are refused
     by kind (a FIFO would block forever, ``/dev/zero`` would read until the OOM killer came), and
-    no more than its stat size (at most 2 GB) is ever read."""
+    no more than its stat size (at most 2 GB) is ever read.
+
+    ``validated`` is called once the file has parsed and passed those checks, before the IR is
+    built and with as little of the parse alive as the build allows: ``graphtool inspect`` runs
+    onnx's checker there, so the checker's own parse and the IR never coexist (issue 19)."""
     path = os.fspath(path)
     data = fileguard.read_regular(path, PROTOBUF_LIMIT)
     proto = parse_model(data, path)
@@ -112,9 +116,13 @@ def load(path: str | os.PathLike[str]) -> Model:
         split = _split_main_nodes(data)
         if split is not None:  # the full parse only validated: build from the parts (peak: IR + one chunk)
             del proto, data
+            if validated is not None:
+                validated()
             shell, chunks = split
             return from_onnx(ModelProto.FromString(shell), base_dir, main_nodes=_chunked_nodes(chunks))
     del data
+    if validated is not None:
+        validated()
     return from_onnx(proto, base_dir)
 
 

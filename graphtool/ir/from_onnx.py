@@ -179,7 +179,7 @@ class _Loader:
         subgraph — an enclosing scope (checked when the parent is checked)."""
         if graph.parent is not None:
             return
-        for value in [v for v, producers in graph._pred.items() if not producers and type(v) is str]:
+        for value in [v for v, producers in graph._pred.items() if type(v) is str and not producers]:
             if graph.is_free(value):
                 user = next(iter(graph.nx.successors(value)), None)
                 via = ""

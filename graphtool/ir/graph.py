@@ -7,311 +7,50 @@ Mul(x, x) is two parallel edges and removing one input is O(1). A subgraph's use
 enclosing-scope value is a *capture* edge with key ``CAPTURE`` (-1) into the op that owns the
 subgraph: dead-code elimination and topological order then see it like any other use.
 
-Pass code uses the small vocabulary below and never the NetworkX graph itself. Every helper costs
-O(degree) of the nodes it touches; the only whole-graph walks are ``nodes()`` (served from a
-per-op-type index) and ``topological_order()``.
+Pass code uses the small vocabulary of ``Graph`` and never the NetworkX graph itself. Every
+helper costs O(degree) of the nodes it touches; the only whole-graph walks are ``nodes()``
+(served from a per-op-type index) and ``topological_order()``.
 
-Memory (issue 19: a million nodes must fit in well under 2 GB). NetworkX's own ``add_node`` /
-``add_edge`` give every node an attribute dict and every edge a key dict plus a data dict —
-about 2.4 KB per op with its output value. Here:
+The IR is four modules, one job each (issue 19 split them; this one re-exports their names):
 
-* an op node's attribute slot in NetworkX (``nx._node[id]``) holds an ``OpData`` record
-  (``__slots__``): op type, domain, name, attributes, the original NodeProto *serialized*
-  (``template``: bytes until a pass reads the attributes), load order, and the input/output
-  names by slot (``io``, kept in step with the edges by every edit, so ``Node.inputs`` is a
-  slice, not a walk of the adjacency);
-* value nodes share one empty read-only attribute dict; edges share one empty read-only data
-  dict, and a value→op pair with one slot shares the read-only key dict ``{slot: {}}`` of that
-  slot. Edits never mutate a key dict: they replace it (``_link`` / ``_unlink``), so NetworkX's
-  reading API (``in_edges``, ``has_edge``, views, algorithms) sees an ordinary MultiDiGraph,
-  while its writing API would raise on a shared dict instead of corrupting it.
+* ``records.py``: what a node holds (``OpData``, the op record in ``nx._node``), the ``Node``
+  handle, the shared read-only key and data dicts of edges;
+* ``adjacency.py``: NetworkX's inner adjacency dicts in their compact shapes (``One``);
+* ``bulk.py``: the loader's one-pass build of a whole graph;
+* ``edit.py``: the edit verbs (``GraphEdits``, which ``Graph`` extends);
+* here: reading (producers, consumers, constants, types), topological order and copying.
 
-That leaves the four adjacency dicts of an op and its value (NetworkX's structure itself) as the
-bulk: ~1.3 KB per op in a chain.
+Memory (issue 19: a million nodes must fit in well under 2 GB): an op with its output value
+costs ~750 bytes — the op record and its serialized template, its id and value name, and their
+entries in NetworkX's three node-keyed dicts; the four inner adjacencies are mostly 48-byte
+``One``s (see ``adjacency.py``).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from types import MappingProxyType
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator
 
-import networkx as nx
 import numpy as np
-from onnx import AttributeProto, GraphProto, NodeProto, TypeProto, ValueInfoProto, helper, numpy_helper
+from onnx import GraphProto, TypeProto, ValueInfoProto, helper
 
+from graphtool.ir.adjacency import Adjacency, One, own_copy
+from graphtool.ir.bulk import Record, load_ops
+from graphtool.ir.edit import GraphEdits
+from graphtool.ir.records import (CAPTURE, EDITED, IO_EDITED, NO_ATTRS, NO_DATA, ORDER_SHIFT, Node, OpData,
+                                  constant_node_value)
 from graphtool.ir.tensor import Tensor
 
-CAPTURE = -1
-_DEFAULT_ORDER_MAJOR = 1 << 62
-# An op's place in the saved order, (major, minor), is one int: major << 32 | minor. Loaded ops
-# store None for it, meaning (their id, 0): loaders give ids in file order, so the int is free.
-ORDER_SHIFT = 32
-IO_EDITED, EDITED = 1, 2  # OpData.dirty: what changed since the template was read
+__all__ = ["CAPTURE", "EDITED", "IO_EDITED", "NO_ATTRS", "NO_DATA", "ORDER_SHIFT", "Graph", "Node", "OpData",
+           "constant_node_value"]
 
 
-class _Shared(dict):
-    """A dict shared by many owners (edge data, value attributes, one-slot key dicts). Reading
-    is a plain dict read; writing raises, since it would change every owner at once."""
-
-    __slots__ = ()
-
-    def _refuse(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("graphtool IR: this NetworkX dict is shared; edit the graph through Graph's methods")
-
-    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = _refuse  # type: ignore[assignment]
-
-    def update(self, *args: Any, **kwargs: Any) -> None:  # NetworkX calls update({}) on re-adds
-        if (args and args[0]) or kwargs:
-            self._refuse()
-
-    def __reduce__(self) -> tuple:
-        return (_Shared, (dict(self),))
-
-    def __copy__(self) -> "_Shared":
-        return self
-
-    def __deepcopy__(self, memo: dict) -> "_Shared":
-        return self
-
-
-NO_DATA = _Shared()  # every edge's data dict, and every value node's attribute dict
-_ONE_SLOT: dict[int, _Shared] = {}  # slot -> the shared key dict {slot: NO_DATA}
-NO_ATTRS: Mapping[str, Any] = MappingProxyType({})  # attrs of an op that has none (copy-on-write)
-
-
-def _one_slot(slot: int) -> _Shared:
-    keys = _ONE_SLOT.get(slot)
-    if keys is None:
-        keys = _ONE_SLOT[slot] = _Shared({slot: NO_DATA})
-    return keys
-
-
-def _key_dict(slots: Iterable[int]) -> _Shared:
-    slots = list(slots)
-    return _one_slot(slots[0]) if len(slots) == 1 else _Shared(dict.fromkeys(slots, NO_DATA))
-
-
-class _Adjacency(nx.MultiDiGraph):
-    """The NetworkX graph of one ``Graph``: a MultiDiGraph whose edges carry no data."""
-
-    def edge_attr_dict_factory(self) -> dict:  # type: ignore[override]
-        return NO_DATA
-
-
-class OpData:
-    """The record of one op node: what ``nx._node[id]`` holds for an op (see the module doc).
-
-    ``order`` is None for a loaded op (its place is (id, 0)); see ``ORDER_SHIFT``.
-    ``template`` is the NodeProto the op was loaded from — serialized bytes until something
-    reads the attributes (then the parsed NodeProto, whose AttributeProtos ``attrs`` holds) — or
-    None for ops a pass added. ``dirty`` says what was edited since: 0 nothing (``to_onnx``
-    writes the template as it is), ``IO_EDITED`` only inputs/outputs (the template's other
-    fields are reused as bytes), ``EDITED`` attributes too, or an op a pass made.
-    Reads like the attribute dict it replaces (``data["attrs"]``, ``data["op_type"]``).
-    """
-
-    __slots__ = ("op_type", "domain", "name", "_attrs", "template", "order", "io", "n_in", "dirty")
-
-    def __init__(self, op_type: str, domain: str, name: str, attrs: Mapping[str, Any] | None,
-                 template: bytes | NodeProto | None, order: int | None) -> None:
-        self.op_type = op_type
-        self.domain = domain
-        self.name = name
-        self._attrs = attrs  # None: still inside the serialized template
-        self.template = template
-        self.order = order
-        self.io: tuple[str, ...] = ()
-        self.n_in = 0
-        self.dirty = EDITED if template is None else 0
-
-    @property
-    def attrs(self) -> Mapping[str, Any]:
-        """name -> AttributeProto (or Graph / list of Graphs for subgraph attributes)."""
-        attrs = self._attrs
-        if attrs is None:
-            proto = self.template
-            if isinstance(proto, bytes):
-                proto = self.template = NodeProto.FromString(proto)
-            attrs = self._attrs = {a.name: a for a in proto.attribute} if proto is not None and len(proto.attribute) \
-                else NO_ATTRS
-        return attrs
-
-    def copy(self, graph: "Graph") -> "OpData":
-        """This record for a copy of its graph (``Graph.copy``): subgraphs are copied into
-        ``graph``; an untouched op goes back to its template bytes and lazy attributes."""
-        template, attrs = self.template, self._attrs
-        if isinstance(template, NodeProto):
-            if self.dirty or (attrs and _has_subgraph(attrs)):
-                copied = NodeProto()
-                copied.CopyFrom(template)
-                template = copied
-            else:
-                template, attrs = template.SerializeToString(), None
-        if attrs is not None and attrs is not NO_ATTRS:
-            copied_attrs: dict[str, Any] = {}
-            for name, value in attrs.items():
-                if isinstance(value, Graph):
-                    copied_attrs[name] = value.copy(graph)
-                elif isinstance(value, list):
-                    copied_attrs[name] = [sub.copy(graph) for sub in value]
-                else:
-                    proto = AttributeProto()
-                    proto.CopyFrom(value)
-                    copied_attrs[name] = proto
-            attrs = copied_attrs
-        out = OpData(self.op_type, self.domain, self.name, attrs, template, self.order)
-        out.io, out.n_in, out.dirty = self.io, self.n_in, self.dirty
-        return out
-
-    def editable_attrs(self) -> dict[str, Any]:
-        attrs = self.attrs
-        if not isinstance(attrs, dict):
-            attrs = self._attrs = dict(attrs)
-        return attrs
-
-    @property
-    def inputs(self) -> tuple[str, ...]:
-        return self.io[: self.n_in]
-
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return self.io[self.n_in:]
-
-    # --- read like the attribute dict this record replaces
-    _KEYS = ("op_type", "domain", "name", "attrs")
-
-    def __getitem__(self, key: str) -> Any:
-        if key == "order":
-            raise KeyError("order: ask Node.order (a loaded op's order is its id)")
-        if key in self._KEYS:
-            return getattr(self, key)
-        raise KeyError(key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self[key] if key in self._KEYS else default
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._KEYS
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._KEYS)
-
-    def __len__(self) -> int:
-        return len(self._KEYS)
-
-    def keys(self) -> tuple[str, ...]:
-        return self._KEYS
-
-    def items(self) -> list[tuple[str, Any]]:
-        return [(k, self[k]) for k in self._KEYS]
-
-    def values(self) -> list[Any]:
-        return [self[k] for k in self._KEYS]
-
-    def update(self, *args: Any, **kwargs: Any) -> None:  # NetworkX's add_node on an existing op
-        if (args and args[0]) or kwargs:
-            raise TypeError("graphtool IR: op records are edited through Graph's methods")
-
-
-class Node:
-    """A handle on one op node: cheap to create, compares by identity of (graph, id)."""
-
-    __slots__ = ("graph", "id")
-
-    def __init__(self, graph: "Graph", node_id: int):
-        self.graph = graph
-        self.id = node_id
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Node) and other.graph is self.graph and other.id == self.id
-
-    def __hash__(self) -> int:
-        return hash((id(self.graph), self.id))
-
-    def __repr__(self) -> str:
-        return f"<{self.op_type} #{self.id} {self.name!r}: {self.inputs} -> {self.outputs}>"
-
-    @property
-    def _data(self) -> OpData:
-        return self.graph._node[self.id]
-
-    @property
-    def op_type(self) -> str:
-        return self.graph._node[self.id].op_type
-
-    @property
-    def domain(self) -> str:
-        return self.graph._node[self.id].domain
-
-    @property
-    def name(self) -> str:
-        return self.graph._node[self.id].name
-
-    @property
-    def order(self) -> tuple[int, int]:
-        order = self.graph._node[self.id].order
-        return (self.id, 0) if order is None else divmod(order, 1 << ORDER_SHIFT)
-
-    @property
-    def inputs(self) -> list[str]:
-        """Input names by slot; '' marks an omitted optional input."""
-        data = self.graph._node[self.id]
-        return list(data.io[: data.n_in])
-
-    @property
-    def outputs(self) -> list[str]:
-        data = self.graph._node[self.id]
-        return list(data.io[data.n_in:])
-
-    @property
-    def attrs(self) -> dict[str, Any]:
-        """Attribute values as Python objects; subgraph attributes are ``Graph`` objects."""
-        return {k: _attr_value(v) for k, v in self.graph._node[self.id].attrs.items()}
-
-    def attr(self, name: str, default: Any = None) -> Any:
-        value = self.graph._node[self.id].attrs.get(name)
-        return default if value is None else _attr_value(value)
-
-    def attr_proto(self, name: str) -> AttributeProto | None:
-        value = self.graph._node[self.id].attrs.get(name)
-        return value if isinstance(value, AttributeProto) else None
-
-    def subgraphs(self) -> list["Graph"]:
-        found: list[Graph] = []
-        if self.id not in self.graph._owners:
-            return found
-        for value in self.graph._node[self.id].attrs.values():
-            if isinstance(value, Graph):
-                found.append(value)
-            elif isinstance(value, list):
-                found.extend(value)
-        return found
-
-
-def _attr_value(value: Any) -> Any:
-    if isinstance(value, AttributeProto):
-        if value.ref_attr_name:
-            return value  # a function-body reference to a caller's attribute: not a value
-        if value.type == AttributeProto.STRING:
-            return value.s.decode("utf-8", errors="replace")  # ONNX strings are UTF-8 text
-        if value.type == AttributeProto.STRINGS:
-            return [s.decode("utf-8", errors="replace") for s in value.strings]
-        return helper.get_attribute_value(value)
-    return value
-
-
-def _has_subgraph(attrs: Mapping[str, Any]) -> bool:
-    return any(isinstance(v, Graph) or (isinstance(v, list) and v and isinstance(v[0], Graph))
-               for v in attrs.values())
-
-
-class Graph:
+class Graph(GraphEdits):
     """One ONNX graph: the main graph, an If/Loop/Scan body, or a function body."""
 
     def __init__(self, name: str = "", parent: "Graph | None" = None):
-        self.nx = _Adjacency()
+        self.nx = Adjacency()
         # NetworkX's own dicts (never replaced by it): node -> attributes, and the two adjacencies
         self._node: dict[Any, Any] = self.nx._node
         self._succ: dict[Any, dict] = self.nx._succ
@@ -377,9 +116,12 @@ class Graph:
 
     # The four lookups below are what every pass calls per node: they read NetworkX's adjacency
     # dicts (value -> {op: {slot: {}}}) directly; its edge views cost several times more per call.
+    # The one-neighbor shape (``adjacency.One``, nearly every value) is read off its fields.
 
     def producer(self, value: str) -> Node | None:
         pred = self._pred.get(value) if value else None
+        if type(pred) is One:  # a value has at most one producer: this or empty
+            return Node(self, pred.key)
         if pred:
             for op in pred:
                 return Node(self, op)
@@ -388,19 +130,26 @@ class Graph:
     def uses(self, value: str) -> list[tuple[Node, int]]:
         """(consumer, slot) pairs; slot is CAPTURE where a subgraph of the consumer reads it."""
         succ = self._succ.get(value) if value else None
+        if type(succ) is One:
+            return [(Node(self, succ.key), slot) for slot in succ.keys_]
         if not succ:
             return []
         return [(Node(self, op), slot) for op, slots in succ.items() for slot in slots]
 
     def consumers(self, value: str) -> list[Node]:
         succ = self._succ.get(value) if value else None
+        if type(succ) is One:
+            return [Node(self, succ.key)]
         return [Node(self, op) for op in succ] if succ else []
 
     def has_other_uses(self, value: str, node: Node) -> bool:
         """True when something besides ``node`` reads ``value`` (another op or a graph output)."""
         if value in self.outputs:
             return True
-        return any(op != node.id for op in self._succ.get(value, ()))
+        succ = self._succ.get(value)
+        if type(succ) is One:
+            return succ.key != node.id
+        return any(op != node.id for op in succ or ())
 
     def is_input(self, value: str) -> bool:
         return value in self.inputs
@@ -552,13 +301,17 @@ class Graph:
             raise ValueError(f"the graph has a cycle through node '{record.name or record.op_type}'")
         return result
 
+    def _load_ops(self, records: Iterable[Record]) -> None:
+        """A loader's ops, in file order (``bulk.load_ops``)."""
+        load_ops(self, records)
+
     # ------------------------------------------------------------------ copying
 
     def copy(self, parent: "Graph | None" = None) -> "Graph":
         """An independent copy with the same op ids and order (``Model.copy``).
 
-        NetworkX's dicts are copied one level deep (key dicts and value attributes are shared:
-        nothing writes them), op records are new, with their templates as bytes (immutable, so
+        NetworkX's dicts are copied one level deep (inner adjacencies of one neighbor, key dicts
+        and value attributes are shared: nothing writes them), op records are new, with their templates as bytes (immutable, so
         shared); edited attributes and everything else proto-valued are copied, so no edit of the
         copy reaches the original. Tensors share their TensorProto (never edited in place) but not
         a cached array.
@@ -591,471 +344,11 @@ class Graph:
         src_succ, src_pred = self._succ, self._pred
         for key, data in self._node.items():
             node[key] = data if data is NO_DATA else data.copy(out)
-            succ[key] = src_succ[key].copy()
-            pred[key] = src_pred[key].copy()
+            succ[key] = own_copy(src_succ[key])
+            pred[key] = own_copy(src_pred[key])
         return out
-
-    # ------------------------------------------------------------------ editing
-
-    def fresh_name(self, hint: str) -> str:
-        """A value name not used in this graph or any enclosing one."""
-        base = hint or "v"
-        while True:
-            name = f"{base}_gt{next(self._fresh)}"
-            if not self._name_in_scope(name):
-                return name
-
-    def _name_in_scope(self, name: str) -> bool:
-        graph: Graph | None = self
-        while graph is not None:
-            if name in graph._node:
-                return True
-            graph = graph.parent
-        return False
-
-    def add_node(
-        self,
-        op_type: str,
-        inputs: Iterable[str],
-        outputs: Iterable[str] | int = 1,
-        attrs: dict[str, Any] | None = None,
-        domain: str = "",
-        name: str = "",
-        near: Node | None = None,
-    ) -> Node:
-        """Add an op; ``outputs`` are names or a count of fresh names. ``near`` sets its place in
-        the saved node order (just after that node's position, before later originals)."""
-        if isinstance(outputs, int):
-            outputs = [self.fresh_name(f"{name or op_type}_out{k}") for k in range(outputs)]
-        attr_map: dict[str, Any] = {}
-        for key, value in (attrs or {}).items():
-            if isinstance(value, (AttributeProto, Graph)) or (
-                isinstance(value, list) and value and isinstance(value[0], Graph)
-            ):
-                attr_map[key] = value
-            else:
-                attr_map[key] = helper.make_attribute(key, value)
-        major = near.order[0] if near is not None else _DEFAULT_ORDER_MAJOR
-        self._loaded_only = self._in_order = self._pristine = False
-        node_id = self._new_op(op_type, domain, name, attr_map, None, (major << ORDER_SHIFT) | next(self._minor))
-        self._connect(node_id, list(inputs), list(outputs))
-        return Node(self, node_id)
-
-    def _new_op(
-        self,
-        op_type: str,
-        domain: str,
-        name: str,
-        attrs: Mapping[str, Any] | None,
-        template: bytes | NodeProto | None,
-        order: int | None,
-    ) -> int:
-        """A new op without edges. ``attrs`` None: they are still inside ``template`` (bytes).
-        ``order`` None: its place is (id, 0), as for loaded ops."""
-        node_id = next(self._ids)
-        self._node[node_id] = OpData(op_type, domain, name, attrs, template, order)
-        self._succ[node_id] = {}
-        self._pred[node_id] = {}
-        by_type = self._by_type.get(op_type)
-        if by_type is None:
-            by_type = self._by_type[op_type] = {}
-        by_type[node_id] = None
-        return node_id
-
-    def _add_value(self, value: str) -> None:
-        if value not in self._node:
-            self._node[value] = NO_DATA
-            self._succ[value] = {}
-            self._pred[value] = {}
-
-    def _link(self, u: Any, v: Any, slot: int) -> None:
-        """Add edge u -> v with key ``slot`` (both nodes exist). Key dicts are replaced, never edited."""
-        self._in_order = self._pristine = False
-        su = self._succ[u]
-        keys = su.get(v)
-        if keys is None:
-            keys = _one_slot(slot)
-        elif slot in keys:
-            return
-        else:
-            keys = _key_dict([*keys, slot])
-        su[v] = keys
-        self._pred[v][u] = keys
-
-    def _unlink(self, u: Any, v: Any, slot: int) -> None:
-        self._pristine = False
-        su = self._succ[u]
-        keys = su[v]
-        if slot not in keys:
-            raise KeyError(f"no edge {u!r} -> {v!r} with key {slot}")
-        if len(keys) == 1:
-            del su[v]
-            del self._pred[v][u]
-        else:
-            rest = _key_dict(k for k in keys if k != slot)
-            su[v] = rest
-            self._pred[v][u] = rest
-
-    def _remove_node(self, n: Any) -> None:
-        succ, pred = self._succ, self._pred
-        for v in succ[n]:
-            del pred[v][n]
-        for u in pred[n]:
-            del succ[u][n]
-        del succ[n]
-        del pred[n]
-        del self._node[n]
-
-    def _connect(self, node_id: int, inputs: list[str] | tuple[str, ...], outputs: list[str] | tuple[str, ...]) -> None:
-        node, succ, pred = self._node, self._succ, self._pred
-        data = node[node_id]
-        data.io = (*inputs, *outputs)
-        data.n_in = len(inputs)
-        for slot, value in enumerate(inputs):
-            if value:
-                if value not in node:
-                    node[value] = NO_DATA
-                    succ[value] = {}
-                    pred[value] = {}
-                keys = succ[value].get(node_id)
-                if keys is None:
-                    keys = _one_slot(slot)
-                elif slot not in keys:
-                    keys = _key_dict([*keys, slot])
-                succ[value][node_id] = keys
-                pred[node_id][value] = keys
-        for slot, value in enumerate(outputs):
-            if value:
-                if value not in node:
-                    node[value] = NO_DATA
-                    succ[value] = {}
-                    pred[value] = {}
-                elif pred[value]:
-                    raise ValueError(f"value '{value}' is produced by more than one node")
-                keys = succ[node_id].get(value)
-                if keys is None:
-                    keys = _one_slot(slot)
-                else:  # the same name twice among one op's outputs
-                    raise ValueError(f"value '{value}' is produced by more than one node")
-                succ[node_id][value] = keys
-                pred[value][node_id] = keys
-        attrs = data._attrs
-        if attrs is not None and attrs is not NO_ATTRS and _has_subgraph(attrs):
-            self._owners[node_id] = None
-            for sub in Node(self, node_id).subgraphs():
-                sub.parent, sub.owner = self, node_id
-                for free in sub.free_values():
-                    self.add_capture(node_id, free)
-
-    def _load_ops(self, records: Iterable[tuple[str, str, str, Any, Any, tuple[str, ...], tuple[str, ...]]]) -> None:
-        """``_new_op`` + ``_connect`` for a loader's ops, in file order, in one tight loop (this is
-        most of a load's time): records are (op_type, domain, name, attrs, template, inputs,
-        outputs). Notes whether the file's order was topological (then ``topological_ids`` needs
-        no sort), and gives a consumer the producer's string for a value name (not a second copy).
-        """
-        node, succ, pred, by_type_all, owners = self._node, self._succ, self._pred, self._by_type, self._owners
-        ids, one_slot, no_attrs = self._ids, _ONE_SLOT, NO_ATTRS
-        in_order = self._in_order
-        sources: dict[str, str] = {}
-        for op_type, domain, name, attrs, template, inputs, outputs in records:
-            i = next(ids)
-            data = OpData(op_type, domain, name, attrs, template, None)
-            node[i] = data
-            succ_i = succ[i] = {}
-            pred_i = pred[i] = {}
-            by_type = by_type_all.get(op_type)
-            if by_type is None:
-                by_type = by_type_all[op_type] = {}
-            by_type[i] = None
-            canonical = list(inputs)
-            for slot, value in enumerate(inputs):
-                if not value:
-                    continue
-                readers = succ.get(value)
-                if readers is None:
-                    node[value] = NO_DATA
-                    readers = succ[value] = {}
-                    pred[value] = {}
-                else:
-                    producers = pred[value]
-                    if producers:
-                        for producer, out_slots in producers.items():
-                            record = node[producer]
-                            for out_slot in out_slots:
-                                value = canonical[slot] = record.io[record.n_in + out_slot]
-                    else:  # a graph input or initializer: one string for all its readers
-                        value = canonical[slot] = sources.setdefault(value, value)
-                keys = readers.get(i)
-                if keys is None:
-                    keys = one_slot.get(slot) or _one_slot(slot)
-                elif slot not in keys:
-                    keys = _key_dict([*keys, slot])
-                readers[i] = keys
-                pred_i[value] = keys
-            for slot, value in enumerate(outputs):
-                if not value:
-                    continue
-                producers = pred.get(value)
-                if producers is None:
-                    node[value] = NO_DATA
-                    succ[value] = {}
-                    producers = pred[value] = {}
-                elif producers or value in succ_i:
-                    raise ValueError(f"value '{value}' is produced by more than one node")
-                elif succ[value]:
-                    in_order = False  # read before it is produced: the file's order is not topological
-                keys = one_slot.get(slot) or _one_slot(slot)
-                succ_i[value] = keys
-                producers[i] = keys
-            data.io = (*canonical, *outputs)
-            data.n_in = len(canonical)
-            if attrs is not None and attrs is not no_attrs and _has_subgraph(attrs):
-                owners[i] = None
-                for sub in Node(self, i).subgraphs():
-                    sub.parent, sub.owner = self, i
-                    for free in sub.free_values():
-                        if i in pred.get(free, ()):
-                            in_order = False  # a body reading its owner's own output: a cycle
-                        self.add_capture(i, free)  # (one produced later clears in_order there)
-        self._in_order = in_order
-        self._pristine = True
-
-    def add_capture(self, node_id: int, value: str) -> None:
-        self._add_value(value)
-        self._link(value, node_id, CAPTURE)
-
-    def refresh_captures(self, node: Node) -> None:
-        """Recompute which outer values ``node``'s subgraphs read (after a pass edited them)."""
-        wanted = {v for sub in node.subgraphs() for v in sub.free_values()}
-        for value in [v for v, keys in self._pred[node.id].items() if CAPTURE in keys]:
-            if value not in wanted:
-                self._unlink(value, node.id, CAPTURE)
-                self._drop_if_orphan(value)
-        for value in wanted:
-            self.add_capture(node.id, value)
-
-    def _set_io(self, data: OpData, io: tuple[str, ...], n_in: int | None = None) -> None:
-        data.io = io
-        if n_in is not None:
-            data.n_in = n_in
-        if not data.dirty:
-            data.dirty = IO_EDITED
-
-    def set_input(self, node: Node, slot: int, value: str) -> None:
-        """Point input ``slot`` of ``node`` at ``value`` ('' to omit it)."""
-        data = self._node[node.id]
-        inputs = list(data.io[: data.n_in])
-        old = inputs[slot] if slot < len(inputs) else ""
-        if old == value:
-            return
-        if old:
-            self._unlink(old, node.id, slot)
-            self._drop_if_orphan(old)
-        if value:
-            self._add_value(value)
-            self._link(value, node.id, slot)
-        if slot >= len(inputs):
-            inputs.extend([""] * (slot + 1 - len(inputs)))
-        inputs[slot] = value
-        if not value:
-            while inputs and not inputs[-1]:
-                inputs.pop()
-        self._set_io(data, (*inputs, *data.io[data.n_in:]), len(inputs))
-
-    def set_inputs(self, node: Node, values: list[str]) -> None:
-        data = self._node[node.id]
-        for slot in range(len(values), data.n_in):
-            self.set_input(node, slot, "")
-        for slot, value in enumerate(values):
-            self.set_input(node, slot, value)
-        # the list as given, trailing gaps included
-        kept = list(data.io[: data.n_in])[: len(values)]
-        kept.extend([""] * (len(values) - len(kept)))
-        self._set_io(data, (*kept, *data.io[data.n_in:]), len(values))
-
-    def set_attr(self, node: Node, name: str, value: Any) -> None:
-        data = self._node[node.id]
-        subgraphs = [value] if isinstance(value, Graph) else value if isinstance(value, list) and value and isinstance(value[0], Graph) else []
-        data.editable_attrs()[name] = value if isinstance(value, (Graph, AttributeProto)) or subgraphs else helper.make_attribute(name, value)
-        data.dirty = EDITED
-        if subgraphs:  # a new body: it belongs here now, and reads what it reads through captures
-            self._owners[node.id] = None
-            for sub in subgraphs:
-                sub.parent, sub.owner = self, node.id
-            self.refresh_captures(node)
-
-    def del_attr(self, node: Node, name: str) -> None:
-        data = self._node[node.id]
-        if name in data.attrs:
-            data.editable_attrs().pop(name)
-            data.dirty = EDITED
-
-    def _move_uses(self, old: str, new: str) -> None:
-        """Every edge old -> op becomes new -> op, and the ops' input slots follow."""
-        node = self._node
-        for op, keys in list(self._succ[old].items()):
-            data = node[op]
-            io = list(data.io)
-            for slot in keys:
-                self._unlink(old, op, slot)
-                self._link(new, op, slot)
-                if slot >= 0:
-                    io[slot] = new
-                else:
-                    for sub in Node(self, op).subgraphs():
-                        sub._rename_free(old, new)
-            self._set_io(data, tuple(io))
-
-    def replace_all_uses(self, old: str, new: str) -> None:
-        """Every op that reads ``old`` (also inside subgraphs) reads ``new`` instead.
-
-        Graph outputs are not consumers: a pass that removes the producer of a graph output
-        keeps the output's name with ``rename_value``.
-        """
-        if old == new or old not in self._node:
-            return
-        self._add_value(new)
-        self._move_uses(old, new)
-        self._drop_if_orphan(old)
-
-    def _rename_free(self, old: str, new: str) -> None:
-        if old in self._node and self.is_free(old):
-            self.replace_all_uses(old, new)
-
-    def rename_value(self, old: str, new: str) -> None:
-        """Give value ``old`` the name ``new`` everywhere in this graph.
-
-        ``new`` must be unused, or a graph output whose producer was removed (the usual way an
-        elimination keeps an output's name: remove the node, then rename its input to the output).
-        A value read from an enclosing graph, or a sparse initializer, cannot be renamed here.
-        """
-        if old == new:
-            return
-        if (self.parent is not None and self.is_free(old)) or old in self.sparse_initializers:
-            raise ValueError(f"cannot rename '{old}' here: it is defined outside this graph's node list")
-        if new in self._node:
-            # The one name that may be reused: a graph output whose producer was just removed.
-            if self._pred[new] or new in self.initializers or self.is_input(new):
-                raise ValueError(f"cannot rename '{old}' to '{new}': the name is taken")
-        else:
-            self._add_value(new)
-        for op, keys in list(self._pred[old].items()):
-            data = self._node[op]
-            io = list(data.io)
-            for slot in keys:
-                self._link(op, new, slot)
-                io[data.n_in + slot] = new
-            self._set_io(data, tuple(io))
-        self._move_uses(old, new)
-        self._remove_node(old)
-        self.inputs = _renamed(self.inputs, old, new)
-        self.outputs = _renamed(self.outputs, old, new)
-        info = self.value_info.pop(old, None)  # O(1): value_info order is not the model's meaning
-        if info is not None:
-            self.value_info[new] = _with_name(info, new)
-        if old in self.initializers:
-            self.initializers[new] = self.initializers.pop(old).renamed(new)
-
-    def remove_nodes(self, nodes: Iterable[Node]) -> None:
-        """Remove ops and the values they produced; inputs left unused are dropped unless they
-        are graph inputs, outputs or initializers (DCE decides about those)."""
-        node_data, succ, pred = self._node, self._succ, self._pred
-        touched: list[str] = []
-        for node in nodes:
-            data = node_data.get(node.id)
-            if data is None:
-                continue
-            self._pristine = False
-            touched.extend(pred[node.id])
-            produced = list(succ[node.id])
-            by_type = self._by_type[data.op_type]
-            by_type.pop(node.id, None)
-            self._owners.pop(node.id, None)
-            if not by_type:
-                del self._by_type[data.op_type]
-            self._remove_node(node.id)
-            for value in produced:
-                if not pred[value] and not succ[value] and value not in self.outputs:
-                    self._remove_node(value)
-                    self.value_info.pop(value, None)
-        for value in touched:
-            self._drop_if_orphan(value)
-
-    def _drop_if_orphan(self, value: str) -> None:
-        if (
-            value in self._node
-            and not self._pred[value]  # isolated; not degree(): O(consumers), quadratic on shared
-            and not self._succ[value]  # values like a Reshape target read by 10k nodes
-            and value not in self.initializers
-            and value not in self.sparse_initializers
-            and value not in self.inputs
-            and value not in self.outputs
-        ):
-            self._remove_node(value)
-            self.value_info.pop(value, None)
-
-    def add_initializer(self, array: np.ndarray, hint: str = "const") -> str:
-        name = self.fresh_name(hint)
-        self.set_initializer(name, Tensor.from_numpy(np.asarray(array), name))
-        return name
-
-    def set_initializer(self, name: str, tensor: Tensor) -> None:
-        if tensor.name != name:
-            tensor = tensor.renamed(name)
-        self.initializers[name] = tensor
-        self._add_value(name)
-
-    def remove_initializer(self, name: str) -> None:
-        self.initializers.pop(name, None)
-        self._drop_if_orphan(name)
-
-    def remove_input(self, name: str) -> None:
-        self.inputs.pop(name, None)
-        self._drop_if_orphan(name)
-
-    def set_value_info(self, name: str, info: ValueInfoProto) -> None:
-        self.value_info[name] = info
-
 
 def _fork(counter: "itertools.count[int]") -> tuple["itertools.count[int]", "itertools.count[int]"]:
     """Two counters that both continue where ``counter`` stood."""
     start = next(counter)
     return itertools.count(start), itertools.count(start)
-
-
-def _renamed(table: dict[str, Any], old: str, new: str) -> dict[str, Any]:
-    """The same ordered table (graph inputs or outputs, whose order is the model's signature)
-    with key ``old`` (and a ValueInfoProto's name) changed to ``new``."""
-    if old not in table:
-        return table
-    return {new if key == old else key: _with_name(info, new) if key == old else info for key, info in table.items()}
-
-
-def _with_name(info: ValueInfoProto | None, name: str) -> ValueInfoProto | None:
-    if info is None:
-        return None
-    copy = ValueInfoProto()
-    copy.CopyFrom(info)
-    copy.name = name
-    return copy
-
-
-def constant_node_value(node: Node) -> np.ndarray | None:
-    """The value of a Constant op, or None for forms that are not plain dense tensors."""
-    for key, proto in node._data.attrs.items():
-        if not isinstance(proto, AttributeProto) or proto.ref_attr_name:
-            return None
-        if key == "value":
-            if proto.t.data_location == proto.t.EXTERNAL:
-                return None
-            return numpy_helper.to_array(proto.t)
-        if key == "value_float":
-            return np.array(proto.f, dtype=np.float32)
-        if key == "value_floats":
-            return np.array(list(proto.floats), dtype=np.float32)
-        if key == "value_int":
-            return np.array(proto.i, dtype=np.int64)
-        if key == "value_ints":
-            return np.array(list(proto.ints), dtype=np.int64)
-        return None
-    return None

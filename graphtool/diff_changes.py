@@ -1,0 +1,117 @@
+"""What changed between two matched graphs: per matched node pair (op type, attributes, inputs,
+outputs) and per graph (inputs, outputs, initializers no node reads).
+
+Split from ``diff_match`` (issue 19: one job per module): matching decides *which* nodes pair
+up; this module describes how each pair differs. Both read the same ``Matcher``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from onnx import TensorProto, numpy_helper
+
+from graphtool.diff_match import Matcher, pair_names
+from graphtool.diff_values import format_value, qualified, same_array, type_string, value_change
+from graphtool.ir.graph import Graph, Node
+from graphtool.ir.tensor import Tensor
+
+
+def node_changes(m: Matcher, a: Node, b: Node) -> list[dict[str, Any]]:
+    """How matched node ``b`` differs from ``a``: op type, attributes, inputs (a constant input
+    counts by value, not name), number of outputs."""
+    details: list[dict[str, Any]] = []
+    if (a.op_type, a.domain) != (b.op_type, b.domain):
+        details.append({"what": "op_type", "old": qualified(a), "new": qualified(b)})
+    ca, cb = m.ha.canon[a.id], m.hb.canon[b.id]
+    for key in sorted(set(ca) | set(cb)):
+        if ca.get(key) == cb.get(key):
+            continue
+        old, new = m.ha.attrs[a.id].get(key), m.hb.attrs[b.id].get(key)
+        entry: dict[str, Any] = {
+            "what": "attribute",
+            "name": key,
+            "old": None if key not in ca else format_value(old),
+            "new": None if key not in cb else format_value(new),
+        }
+        if isinstance(old, TensorProto) and isinstance(new, TensorProto):
+            entry.update(value_change(numpy_helper.to_array(old), numpy_helper.to_array(new)))
+        details.append(entry)
+    ins_a, ins_b = a.inputs, b.inputs
+    for slot in range(max(len(ins_a), len(ins_b))):
+        va = ins_a[slot] if slot < len(ins_a) else ""
+        vb = ins_b[slot] if slot < len(ins_b) else ""
+        if m.token_a(va) == m.token_b(vb):
+            continue
+        const_a = m.ga.const(va) if va else None
+        const_b = m.gb.const(vb) if vb else None
+        if const_a is not None and const_b is not None:
+            if same_array(const_a, const_b):
+                continue  # e.g. a Constant node became an initializer: the value is what counts
+            both_init = _initializer(m.ga, va) is not None and _initializer(m.gb, vb) is not None
+            entry = {"what": "initializer" if both_init else "constant", "slot": slot, "old": va, "new": vb}
+            entry.update(value_change(const_a, const_b))
+            details.append(entry)
+        else:
+            details.append({"what": "input", "slot": slot, "old": va or None, "new": vb or None})
+    if len(a.outputs) != len(b.outputs):
+        details.append({"what": "outputs", "old": len(a.outputs), "new": len(b.outputs)})
+    return details
+
+def _initializer(graph: Graph, value: str) -> Tensor | None:
+    """The initializer ``value`` resolves to in ``graph`` or an enclosing scope, if any."""
+    g: Graph | None = graph
+    while g is not None and value:
+        if value in g.initializers:
+            return g.initializers[value]
+        if g.producer(value) is not None or value in g.inputs:
+            return None
+        g = g.parent
+    return None
+
+def graph_changes(m: Matcher, main: bool) -> list[dict[str, Any]]:
+    """Graph-level changes: inputs and outputs renamed, retyped, added or removed, and unused
+    initializers. ``main``: the main graph, whose inputs and outputs pair by name."""
+    ga, gb = m.ga, m.gb
+    changes: list[dict[str, Any]] = []
+    out_pairs, outs_a, outs_b = pair_names(list(ga.outputs), list(gb.outputs), main)
+    for kind, pairs, only_a, only_b in (
+        ("input", m.input_pairs, m.inputs_only_a, m.inputs_only_b),
+        ("output", out_pairs, outs_a, outs_b),
+    ):
+        for va, vb in pairs:
+            if main and va != vb:
+                changes.append({"what": f"{kind} renamed", "old": va, "new": vb})
+            ta, tb = type_string(ga, va), type_string(gb, vb)
+            if ta != tb:
+                changes.append({"what": f"{kind} type", "name": vb, "old": ta, "new": tb})
+        changes += [{"what": f"{kind} removed", "name": v, "type": type_string(ga, v)} for v in only_a]
+        changes += [{"what": f"{kind} added", "name": v, "type": type_string(gb, v)} for v in only_b]
+    return changes + _initializer_changes(m)
+
+def _initializer_changes(m: Matcher) -> list[dict[str, Any]]:
+    """Initializers no node reads. Used ones show up in their consumers' changes; unused
+    ones would go unnoticed: dead weight that appeared, disappeared, or was left behind."""
+    ga, gb = m.ga, m.gb
+    unused_a = {n: m.ha.init_key(n) for n in ga.initializers if not ga.uses(n) and not ga.is_output(n)}
+    unused_b = {n: m.hb.init_key(n) for n in gb.initializers if not gb.uses(n) and not gb.is_output(n)}
+    if not unused_a and not unused_b:
+        return []
+    all_a = Counter(m.ha.init_key(n) for n in ga.initializers)
+    all_b = Counter(m.hb.init_key(n) for n in gb.initializers)
+    still_unused = Counter(unused_a.values())
+    changes: list[dict[str, Any]] = []
+    for name, key in unused_b.items():
+        if all_b[key] > all_a[key]:
+            all_b[key] -= 1
+            changes.append({"what": "unused initializer added", "name": name})
+        elif still_unused[key] > 0:
+            still_unused[key] -= 1
+        else:
+            changes.append({"what": "initializer no longer used", "name": name})
+    for name, key in unused_a.items():
+        if all_a[key] > all_b[key]:
+            all_a[key] -= 1
+            changes.append({"what": "unused initializer removed", "name": name})
+    return changes
