@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from graphtool import io
+from graphtool import io, sandbox
 from graphtool.bisect import find_culprit
 from graphtool.cli import cli
 from graphtool.cli.inputs import input_options, resolve_inputs
@@ -113,14 +113,14 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
     # the original's onnxruntime session and input discovery start now, beside the passes
     reference = None if no_verify else ReferenceJob(original, model_path, input_shapes=shapes, feeds=feeds,
                                                       input_values=values)
-    start = original
-    if upgrade_opset is not None:
-        from graphtool.opset_upgrade import upgrade_opset as upgrade
+    from graphtool.opset_upgrade import upgrade_opset as upgrade
 
-        start = upgrade(original, upgrade_opset)
-    # Without verification or --compare-ort nothing but the node names needs the original: optimize
-    # it in place instead of a copy (a million-node graph: ~450 MB less at the peak, 3 s less).
-    in_place = no_verify and not compare_ort
+    start = original if upgrade_opset is None else upgrade(original, upgrade_opset)
+    # Nothing but the node names needs the original once verification's reference took its snapshot
+    # (``ReferenceJob``: the session opens the file), unless --compare-ort traces it: optimize it in
+    # place instead of a copy (a million-node graph: ~450 MB less at the peak, 3 s less). A failed
+    # verification reloads it for bisection.
+    in_place = not compare_ort and (reference is None or reference.snapshot.detached)
     names = node_names(original) if in_place else original
     opset = start.opset("")
     with progress_steps("optimizing", enabled=not as_json) as step:
@@ -135,12 +135,20 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
             click.echo(explaining.format_explanations(ctx.explanations))
     summary = None
     verification = None
+    node_map = None
     if not no_verify:
-        verification = verify(original, optimized, input_shapes=shapes, feeds=feeds, input_values=values,
-                              rtol=rtol, atol=atol, original_path=model_path, reference=reference)
+        # the rewritten model's session builds in the sandbox child while the name map is made here
+        checking = sandbox.Background(lambda: verify(original, optimized, input_shapes=shapes, feeds=feeds,
+                                                     input_values=values, rtol=rtol, atol=atol,
+                                                     original_path=model_path, reference=reference))
+        node_map = name_map(names, optimized, ctx)
+        verification = checking.result()
         result["verification"] = verification.as_dict()
         summary = verification.summary()
         if not verification.ok:
+            if in_place:  # the passes edited the loaded original: bisection replays from the file
+                original = io.load(model_path)
+                start = original if upgrade_opset is None else upgrade(original, upgrade_opset)
             culprit = find_culprit(original, report, ctx, start=start, input_sets=verification.input_sets,
                                    rtol=rtol, atol=atol)
             result["culprit"] = culprit.as_dict() if culprit else None
@@ -158,7 +166,7 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
             sys.exit(1)
     io.save(optimized, output)
     result["size_before"], result["size_after"] = _file_size(model_path), _file_size(output)
-    result["node_map"] = name_map(names, optimized, ctx)
+    result["node_map"] = node_map if node_map is not None else name_map(names, optimized, ctx)
     comparison = None
     if compare_ort:
         from graphtool.compare import compare_level, format_compare

@@ -141,3 +141,33 @@ def test_explain_lists_fused_candidates_and_rejects_unknown_rules(tmp_path):
     assert proc.returncode == 0 and ": fused" in proc.stdout
     bad = _graphtool("optimize", str(src), "-o", str(out), "--level", "2", "--explain", "no-such-rule")
     assert bad.returncode == 2 and "unknown rule 'no-such-rule'" in bad.stderr
+
+
+
+def test_a_wrong_rewrite_is_caught_blamed_and_nothing_is_written(run_cli, tmp_path, monkeypatch):
+    """A pass that changes the outputs (every Relu becomes a Sigmoid), after a sound one that
+    fuses the BatchNormalizations: verification fails, bisection names the wrong pass and not the
+    sound one before it — it replays from the file, since the CLI optimized the loaded original in
+    place — and no output file is written."""
+    from graphtool.pass_manager import REGISTRY, Pass, PassResult, load_builtin_and_plugins, register
+
+    load_builtin_and_plugins()
+
+    class BreakRelu(Pass):
+        def run(self, graph, ctx):
+            relus = [n for n in graph.nodes() if n.op_type == "Relu"]
+            for node in relus:
+                inputs, outputs = node.inputs, node.outputs
+                graph.remove_nodes([node])
+                graph.add_node("Sigmoid", inputs, outputs)
+            return PassResult(bool(relus))
+
+    monkeypatch.setitem(REGISTRY, "break-relu", BreakRelu)
+    register(level=1, priority=99, name="break-relu")(BreakRelu)
+    out = tmp_path / "out.onnx"
+    result = run_cli("optimize", os.path.join(FIXTURES, "conv_bn.onnx"), "-o", str(out),
+                     "--passes", "fuse-conv-batch-norm,break-relu")
+    assert result.exit_code == 1, result.stderr
+    assert "verification failed" in result.stderr, result.stderr
+    assert "first bad rewrite: pass 'break-relu'" in result.stderr, result.stderr
+    assert not out.exists()
