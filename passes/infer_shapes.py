@@ -50,8 +50,12 @@ class InferShapes(Pass):
         self.runs += 1
         recorded = 0
         holder = GraphProto()  # one message holds them all: a ValueInfoProto of its own costs ~1 KB
+        static: dict[int, bool] = {}  # the oracle shares one TypeProto per distinct type: judge each once
         for name, inferred in ctx.shapes.table(graph).items():
-            if _static(inferred) and graph.has_value(name) and graph.value_type(name) is None:
+            known = static.get(id(inferred))
+            if known is None:
+                known = static[id(inferred)] = _static(inferred)
+            if known and graph.has_value(name) and graph.value_type(name) is None:
                 info = holder.value_info.add()
                 info.name = name
                 info.type.CopyFrom(inferred)
