@@ -140,25 +140,29 @@ class _Worker:
                                      env=env, close_fds=True)
 
     def stop(self) -> None:
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.kill()
-            self.proc.wait()
-            for stream in (self.proc.stdin, self.proc.stdout):
+        # ``cancel`` stops a child from another thread than the one calling it: take the handles
+        # first, so two stops never touch one half-closed process
+        proc, self.proc = self.proc, None
+        log, self.log = self.log, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            for stream in (proc.stdin, proc.stdout):
                 try:
                     stream.close()
                 except OSError:
                     pass
-        if self.log is not None:
-            self.log.close()
-        self.proc, self.log = None, None
+        if log is not None:
+            log.close()
 
     def call(self, what: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         with self.lock:
             return self._call(what, fn, args, kwargs)
 
     def _call(self, what: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        if self.proc is None or self.proc.poll() is not None:
+        current = self.proc
+        if current is None or current.poll() is not None:
             self.stop()
             self.start()
         proc = self.proc  # ``cancel`` may stop the child from another thread: this call keeps its own handle
@@ -173,7 +177,7 @@ class _Worker:
         except (BrokenPipeError, ValueError, OSError, _Died):  # ValueError/OSError: a pipe closed under us
             if self.proc is not proc:
                 raise LimitHit(f"onnxruntime's child was stopped {what}") from None
-            raise self._death(what) from None
+            raise self._death(proc, self.log, what) from None
         except BaseException:  # timeout, Ctrl-C: the child may be mid-call; never reuse it
             self.stop()
             raise
@@ -208,14 +212,16 @@ class _Worker:
             left -= len(data)
         return b"".join(chunks)
 
-    def _death(self, what: str) -> LimitHit:
-        assert self.proc is not None
-        code = self.proc.wait()
+    def _death(self, proc: subprocess.Popen, log: Any, what: str) -> LimitHit:
+        code = proc.wait()
         tail = ""
-        if self.log is not None:
-            self.log.seek(0)
-            lines = [ln for ln in self.log.read().decode("utf-8", "replace").splitlines() if ln.strip()]
-            tail = lines[-1][:200] if lines else ""
+        try:
+            if log is not None:
+                log.seek(0)
+                lines = [ln for ln in log.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+                tail = lines[-1][:200] if lines else ""
+        except (OSError, ValueError):  # closed by a concurrent stop
+            pass
         self.stop()
         if code == -signal.SIGKILL or _MEMORY_PATTERN.search(tail):
             return LimitHit(f"onnxruntime ran out of memory {what} (killed; limit "
@@ -330,7 +336,8 @@ def prewarm() -> None:
         if not CONFIG.memory:
             configure()
         with _WORKER.lock:
-            if _WORKER.proc is None or _WORKER.proc.poll() is not None:
+            current = _WORKER.proc
+            if current is None or current.poll() is not None:
                 _WORKER.stop()
                 _WORKER.start()
 
