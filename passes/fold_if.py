@@ -43,20 +43,11 @@ def _names_below(graph: Graph, skip: Graph) -> set[str]:
     return names
 
 
-def _scope_has(graph: Graph, name: str) -> bool:
-    g: Graph | None = graph
-    while g is not None:
-        if name in g.nx:
-            return True
-        g = g.parent
-    return False
-
-
 def _make_room(graph: Graph, branch: Graph, node: Node) -> None:
     """Rename branch-defined names that would clash once they live in ``graph``."""
     taken = _names_below(graph, branch)
     for name in sorted(_defined(branch)):
-        if name in taken or _scope_has(graph, name):
+        if name in taken or graph.name_in_scope(name):
             branch.rename_value(name, graph.fresh_name(name))
 
 

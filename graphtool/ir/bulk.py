@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
 
-from graphtool.ir.adjacency import NO_NEIGHBORS, One
+from graphtool.ir.adjacency import NO_NEIGHBORS, One, put
 from graphtool.ir.records import _ONE_SLOT, NO_ATTRS, NO_DATA, Node, OpData, _has_subgraph, _key_dict, _one_slot
 
 if TYPE_CHECKING:
@@ -38,9 +38,7 @@ def load_ops(graph: "Graph", records: Iterable[Record]) -> None:
             by_type = by_type_all[op_type] = {}
         by_type[i] = None
         canonical = list(inputs)
-        # this op's pred: a dict from the start when it may read two values (MatMul, Add...),
-        # shrunk to its final shape below; else empty, then a One
-        read: Any = {} if len(inputs) > 1 else empty
+        pred[i] = empty  # this op's pred: grown by ``put`` to a One, then a dict from two values
         for slot, value in enumerate(inputs):
             if not value:
                 continue
@@ -58,27 +56,14 @@ def load_ops(graph: "Graph", records: Iterable[Record]) -> None:
                         value = canonical[slot] = record.io[record.n_in + out_slot]
                 else:  # a graph input or initializer: one string for all its readers
                     value = canonical[slot] = sources.setdefault(value, value)
-                keys = read.get(value)
+                keys = pred[i].get(value)
                 if keys is None:
                     keys = one_slot.get(slot) or _one_slot(slot)
                 elif slot not in keys:
                     keys = _key_dict([*keys, slot])
-                if type(readers) is dict:
-                    readers[i] = keys
-                elif not readers or readers.key == i:
-                    succ[value] = One(i, keys)
-                else:
-                    succ[value] = {readers.key: readers.keys_, i: keys}
-            if type(read) is dict:
-                read[value] = keys
-            elif not read or read.key == value:
-                read = One(value, keys)
-            else:
-                read = {read.key: read.keys_, value: keys}
-        if type(read) is dict and len(read) < 2:
-            read = One(*next(iter(read.items()))) if read else empty
-        pred[i] = read
-        wrote: Any = empty
+                put(succ, value, i, keys)
+            put(pred, i, value, keys)
+        succ[i] = empty  # this op's succ: its outputs, grown by ``put`` as its pred was
         for slot, value in enumerate(outputs):
             if not value:
                 continue
@@ -86,19 +71,13 @@ def load_ops(graph: "Graph", records: Iterable[Record]) -> None:
             if producers is None:
                 node[value] = NO_DATA
                 succ[value] = empty
-            elif producers or value in wrote:
+            elif producers or value in succ[i]:
                 raise ValueError(f"value '{value}' is produced by more than one node")
             elif succ[value]:
                 in_order = False  # read before it is produced: the file's order is not topological
             keys = one_slot.get(slot) or _one_slot(slot)
             pred[value] = One(i, keys)
-            if not wrote:
-                wrote = One(value, keys)
-            elif type(wrote) is dict:
-                wrote[value] = keys
-            else:  # (no repeated output: refused above)
-                wrote = {wrote.key: wrote.keys_, value: keys}
-        succ[i] = wrote
+            put(succ, i, value, keys)
         data.io = (*canonical, *outputs)
         data.n_in = len(canonical)
         if attrs is not None and attrs is not no_attrs and _has_subgraph(attrs):

@@ -48,10 +48,11 @@ class GraphEdits:
         base = hint or "v"
         while True:
             name = f"{base}_gt{next(self._fresh)}"
-            if not self._name_in_scope(name):
+            if not self.name_in_scope(name):
                 return name
 
-    def _name_in_scope(self, name: str) -> bool:
+    def name_in_scope(self, name: str) -> bool:
+        """Whether ``name`` is a value of this graph or of one enclosing it."""
         graph: GraphEdits | None = self
         while graph is not None:
             if name in graph._node:
