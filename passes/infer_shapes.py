@@ -17,9 +17,10 @@ over the whole model, so the cost stays linear. Values a pass later rewrites kee
 
 from __future__ import annotations
 
-from onnx import GraphProto, TypeProto
+from onnx import TypeProto
 
 from graphtool.ir.graph import Graph
+from graphtool.ir.value_infos import TypeOnly
 from graphtool.pass_manager import Pass, PassContext, PassResult, register
 
 MAX_RUNS = 1
@@ -49,17 +50,15 @@ class InferShapes(Pass):
             return PassResult(False)
         self.runs += 1
         recorded = 0
-        holder = GraphProto()  # one message holds them all: a ValueInfoProto of its own costs ~1 KB
+        # A recorded fact shares the oracle's TypeProto (graphtool.ir.value_infos): a ValueInfoProto
+        # of its own per value cost ~890 bytes on a million-value graph.
         static: dict[int, bool] = {}  # the oracle shares one TypeProto per distinct type: judge each once
         for name, inferred in ctx.shapes.table(graph).items():
             known = static.get(id(inferred))
             if known is None:
                 known = static[id(inferred)] = _static(inferred)
             if known and graph.has_value(name) and graph.value_type(name) is None:
-                info = holder.value_info.add()
-                info.name = name
-                info.type.CopyFrom(inferred)
-                graph.value_info[name] = info
+                graph.value_info[name] = TypeOnly(name, inferred)
                 recorded += 1
         # Recording shapes changes no computation: it must not keep the fixed point iterating.
         return PassResult(False, {"recorded": recorded} if recorded else {})

@@ -19,6 +19,7 @@ from graphtool.ir.adjacency import NO_NEIGHBORS, drop, put
 from graphtool.ir.records import (CAPTURE, EDITED, IO_EDITED, NO_ATTRS, NO_DATA, ORDER_SHIFT, _DEFAULT_ORDER_MAJOR,
                                   Node, OpData, _has_subgraph, _key_dict, _one_slot)
 from graphtool.ir.tensor import Tensor
+from graphtool.ir.value_infos import TypeOnly, ValueInfo
 
 
 class GraphEdits:
@@ -32,7 +33,7 @@ class GraphEdits:
     inputs: dict[str, ValueInfoProto | None]
     outputs: dict[str, ValueInfoProto | None]
     initializers: dict[str, Tensor]
-    value_info: dict[str, ValueInfoProto]
+    value_info: dict[str, ValueInfo]  # a TypeOnly shares its type (graphtool.ir.value_infos)
     sparse_initializers: set[str]
     _by_type: dict[str, dict[int, None]]
     _owners: dict[int, None]
@@ -383,7 +384,7 @@ class GraphEdits:
         self.inputs.pop(name, None)
         self._drop_if_orphan(name)
 
-    def set_value_info(self, name: str, info: ValueInfoProto) -> None:
+    def set_value_info(self, name: str, info: ValueInfo) -> None:
         self.value_info[name] = info
 
 
@@ -395,9 +396,11 @@ def _renamed(table: dict[str, Any], old: str, new: str) -> dict[str, Any]:
     return {new if key == old else key: _with_name(info, new) if key == old else info for key, info in table.items()}
 
 
-def _with_name(info: ValueInfoProto | None, name: str) -> ValueInfoProto | None:
+def _with_name(info: ValueInfo | None, name: str) -> ValueInfo | None:
     if info is None:
         return None
+    if type(info) is TypeOnly:
+        return info.renamed(name)
     copy = ValueInfoProto()
     copy.CopyFrom(info)
     copy.name = name

@@ -41,6 +41,7 @@ from graphtool.ir.edit import GraphEdits
 from graphtool.ir.records import (CAPTURE, EDITED, IO_EDITED, NO_ATTRS, NO_DATA, ORDER_SHIFT, Node, OpData,
                                   constant_node_value)
 from graphtool.ir.tensor import Tensor
+from graphtool.ir.value_infos import TypeOnly, ValueInfo
 
 __all__ = ["CAPTURE", "EDITED", "IO_EDITED", "NO_ATTRS", "NO_DATA", "ORDER_SHIFT", "Graph", "Node", "OpData",
            "constant_node_value"]
@@ -62,7 +63,7 @@ class Graph(GraphEdits):
         self.inputs: dict[str, ValueInfoProto | None] = {}
         self.outputs: dict[str, ValueInfoProto | None] = {}
         self.initializers: dict[str, Tensor] = {}
-        self.value_info: dict[str, ValueInfoProto] = {}
+        self.value_info: dict[str, ValueInfo] = {}
         self.sparse_initializers: set[str] = set()  # kept in proto_shell; names only here
         # False for IR < 4 models, where every initializer is also listed as an input yet is a constant.
         self.overridable_initializers = True
@@ -329,16 +330,16 @@ class Graph(GraphEdits):
         out._loaded_only, out._in_order, out._pristine = self._loaded_only, self._in_order, self._pristine
         out._by_type = {op_type: dict(ids) for op_type, ids in self._by_type.items()}
         out._owners = dict(self._owners)
-        # value infos: one C-level copy into a fresh message, then its views
+        # value infos: one C-level copy into a fresh message, then its views (a TypeOnly is shared)
         own = GraphProto()
         tables = (self.inputs, self.outputs, self.value_info)
         for field, table in zip((own.input, own.output, own.value_info), tables):
-            field.extend(v for v in table.values() if v is not None)
+            field.extend(v for v in table.values() if v is not None and type(v) is not TypeOnly)
         for field, table, into in zip((own.input, own.output, own.value_info), tables,
                                       (out.inputs, out.outputs, out.value_info)):
             copies = iter(field)
             for name, info in table.items():
-                into[name] = None if info is None else next(copies)
+                into[name] = info if info is None or type(info) is TypeOnly else next(copies)
         out.initializers = {name: t.copy() for name, t in self.initializers.items()}
         node, succ, pred = out._node, out._succ, out._pred
         src_succ, src_pred = self._succ, self._pred

@@ -19,6 +19,8 @@ from graphtool.ir.graph import EDITED, Graph, Node, OpData
 from graphtool.ir.model import Model
 from graphtool.ir.protos import GRAPH_INITIALIZER_FIELD, MODEL_GRAPH_FIELD, _read_varint, key, split_at_field, varint
 from graphtool.ir.tensor import Tensor
+from graphtool.ir.value_infos import GRAPH_VALUE_INFO_FIELD, as_proto
+from graphtool.ir.value_infos import records as value_info_records
 
 TensorWriter = Callable[[Tensor], TensorProto]
 _NODE_KEY = key(1)  # GraphProto.node
@@ -144,8 +146,10 @@ def graph_pieces(graph: Graph, write_tensor: TensorWriter = _as_is) -> tuple[lis
             for name, t in graph.initializers.items() if name not in graph.inputs
         )
     rest.output.extend(_value_info(k, v) for k, v in graph.outputs.items())
-    rest.value_info.extend(graph.value_info.values())
     head, tail = split_at_field(rest.SerializeToString(), GRAPH_INITIALIZER_FIELD)
+    if graph.value_info:  # written as records where upb would write them: after the outputs
+        before, after = split_at_field(tail, GRAPH_VALUE_INFO_FIELD - 1)
+        tail = b"".join((before, value_info_records(graph.value_info.values()), after))
     return parts, head, tail
 
 
@@ -182,7 +186,7 @@ def function_to_proto(body: Graph, shell: FunctionProto) -> FunctionProto:
     out.node.extend(node_to_proto(n) for n in body.topological_order())
     out.input.extend(body.inputs)
     out.output.extend(body.outputs)
-    out.value_info.extend(body.value_info.values())
+    out.value_info.extend(as_proto(v) for v in body.value_info.values())
     return out
 
 
