@@ -34,6 +34,7 @@ from graphtool.ir.model import Model
 from graphtool.ir.tensor import Tensor
 from graphtool.ir.protos import MODEL_GRAPH_FIELD, _read_varint, key, split_repeated, top_level_records, varint
 from graphtool.ir.to_onnx import model_bytes
+from graphtool.shape_segments import infer_in_segments, segmentable
 
 Dim = Optional[Union[int, str]]
 SMALL_TENSOR_BYTES = 4096  # tensors inference may read (shape constants); bigger ones are type-only
@@ -126,16 +127,33 @@ class ShapeOracle:
         self.stale = False
         self.runs += 1
         previous, self._tables = self._tables, weakref.WeakKeyDictionary()
+        distinct: dict[bytes, TypeProto] = {}
         try:
-            inferred = _inferred(self.model)
-            self._collect(self.model.graph, inferred.graph, {})
-            del inferred  # the tables hold their own copies (one per distinct type)
+            table = None
+            if segmentable(self.model):
+                table = infer_in_segments(self.model, weightless, infer_serialized,
+                                          lambda t, segment: self._shared(t, f"run{self.runs}.{segment}", distinct))
+            if table is not None:
+                self._tables[self.model.graph] = table
+            else:
+                inferred = _inferred(self.model)
+                self._collect(self.model.graph, inferred.graph, distinct)
+                del inferred  # the tables hold their own copies (one per distinct type)
             release_freed_memory()  # onnx's C++ inference freed ~1 KB per node into the heap
         except Exception:  # noqa: BLE001 - inference fails on odd models: declarations alone serve
             pass
         renames = _symbol_renames(previous, self._tables)
         for graph, old in previous.items():
             self._tables[graph] = _kept(graph, old, _renamed(self._tables.get(graph, {}), renames))
+
+    @staticmethod
+    def _shared(t: TypeProto, tag: str, distinct: dict[bytes, TypeProto]) -> TypeProto:
+        """``t`` with its made-up symbols marked ``tag``, as the one TypeProto of its kind."""
+        key = _run_local(t, tag).SerializeToString()
+        shared = distinct.get(key)
+        if shared is None:
+            shared = distinct[key] = TypeProto.FromString(key)
+        return shared
 
     def _collect(self, graph: Graph, proto: GraphProto, distinct: dict[bytes, TypeProto]) -> None:
         """Fill ``graph``'s table (and its subgraphs') from the inferred ``proto``. Values of the
@@ -146,11 +164,7 @@ class ShapeOracle:
         for infos in (proto.input, proto.output, proto.value_info):
             for info in infos:
                 if info.HasField("type") and info.name not in table:
-                    key = _run_local(info.type, self.runs).SerializeToString()
-                    shared = distinct.get(key)
-                    if shared is None:
-                        shared = distinct[key] = TypeProto.FromString(key)
-                    table[info.name] = shared
+                    table[info.name] = self._shared(info.type, f"run{self.runs}", distinct)
         self._tables[graph] = table
         if not any(True for _ in graph.subgraphs()):
             return  # nothing below to collect: no walk of every node (and of every NodeProto)
@@ -211,15 +225,20 @@ def _inferred(model: Model) -> ModelProto:
     return ModelProto.FromString(b"".join((out[:start], key(MODEL_GRAPH_FIELD), varint(len(rest)), rest, out[end:])))
 
 
-def _run_local(t: TypeProto, run: int) -> TypeProto:
-    """``t`` with the symbols inference made up (``unk__N``) marked with their run: they name one
-    size only within one run, so symbols of two runs must never compare equal."""
-    if not t.HasField("tensor_type") or not any(d.dim_param.startswith("unk__") for d in t.tensor_type.shape.dim):
+def _made_up(symbol: str) -> bool:
+    return symbol.startswith("unk__") and "@" not in symbol  # marked ones came in declared
+
+
+def _run_local(t: TypeProto, tag: str) -> TypeProto:
+    """``t`` with the symbols inference made up (``unk__N``) marked with their run (and segment,
+    graphtool.shape_segments): they name one size only within one inference, so symbols of two
+    must never compare equal."""
+    if not t.HasField("tensor_type") or not any(_made_up(d.dim_param) for d in t.tensor_type.shape.dim):
         return t
     t = TypeProto.FromString(t.SerializeToString())
     for d in t.tensor_type.shape.dim:
-        if d.dim_param.startswith("unk__"):
-            d.dim_param = f"{d.dim_param}@run{run}"
+        if _made_up(d.dim_param):
+            d.dim_param = f"{d.dim_param}@{tag}"
     return t
 
 

@@ -10,7 +10,7 @@ initializers. ``to_onnx`` parses those bytes once when a caller wants the ModelP
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable
 
 from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, helper
 
@@ -118,12 +118,11 @@ def _value_info(name: str, info: ValueInfoProto | None) -> ValueInfoProto:
     return info if info is not None else ValueInfoProto(name=name)
 
 
-def graph_pieces(graph: Graph, write_tensor: TensorWriter = _as_is) -> tuple[list[bytes], bytes, bytes]:
-    """The serialized GraphProto without its initializers, in three parts: node records (field 1,
-    which comes first), then the rest split where the initializer records (field 5) belong."""
+def node_records(graph: Graph, ids: Iterable[int], write_tensor: TensorWriter = _as_is) -> list[bytes]:
+    """The ``GraphProto.node`` records of ops ``ids``, in that order (keys and bodies, alternating)."""
     parts: list[bytes] = []
     append, frame, records = parts.append, _FRAME, graph._node
-    for i in graph.topological_ids():
+    for i in ids:
         data = records[i]
         template = data.template
         if not data.dirty and type(template) is bytes and not _has_subgraph(data):
@@ -133,6 +132,13 @@ def graph_pieces(graph: Graph, write_tensor: TensorWriter = _as_is) -> tuple[lis
         size = len(body)
         append(frame[size] if size < 128 else _NODE_KEY + varint(size))
         append(body)
+    return parts
+
+
+def graph_pieces(graph: Graph, write_tensor: TensorWriter = _as_is) -> tuple[list[bytes], bytes, bytes]:
+    """The serialized GraphProto without its initializers, in three parts: node records (field 1,
+    which comes first), then the rest split where the initializer records (field 5) belong."""
+    parts = node_records(graph, graph.topological_ids(), write_tensor)
     rest = GraphProto()
     if graph.proto_shell is not None:
         rest.CopyFrom(graph.proto_shell)
