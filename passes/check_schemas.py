@@ -82,10 +82,11 @@ def schema_facts(op_type: str, domain: str, opset: int) -> _Schema | None:
                    schema.min_input, schema.max_input, schema.min_output, schema.max_output)
 
 
-def attr_type(node: Node, name: str) -> int:
-    proto = node.attr_proto(name)
-    if proto is None:  # held as a Graph (or a list of them) by the IR
-        return AttributeProto.GRAPHS if isinstance(node.attr(name), list) else AttributeProto.GRAPH
+def attr_type(value: Any) -> int:
+    """The type of an attribute as the IR holds it (an AttributeProto, a Graph or a list of them)."""
+    proto = value
+    if not isinstance(proto, AttributeProto):  # held as a Graph (or a list of them) by the IR
+        return AttributeProto.GRAPHS if isinstance(value, list) else AttributeProto.GRAPH
     if proto.type != AttributeProto.UNDEFINED:
         return proto.type
     for field_name, kind in _FIELD_TYPES:
@@ -144,7 +145,7 @@ class CheckSchemas(Pass):
     @staticmethod
     def check_attributes(ctx: PassContext, place: Place, node: Node, schema: _Schema, where: str) -> None:
         defined = schema.attributes
-        present = list(node._data["attrs"])  # the names only: no value is converted
+        present = node._data.peek_attrs()  # looked at, not kept parsed
         for name in present:
             spec = defined.get(name)
             if spec is None:
@@ -153,7 +154,7 @@ class CheckSchemas(Pass):
                     add(ctx, "error", "attribute", f"{node.op_type} at {where} has no attribute '{name}'",
                         place, node, hint=f"remove it (attributes of {node.op_type}-{schema.since_version}: {allowed})")
                 continue
-            got, want = attr_type(node, name), int(spec.type.value)
+            got, want = attr_type(present[name]), int(spec.type.value)
             if got != want:
                 add(ctx, "error", "attribute",
                     f"{node.op_type} attribute '{name}' is {_ATTR_TYPE_NAMES.get(got, got)}, the schema wants {_ATTR_TYPE_NAMES.get(want, want)}",

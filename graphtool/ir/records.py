@@ -118,6 +118,16 @@ class OpData:
                 else NO_ATTRS
         return attrs
 
+    def peek_attrs(self) -> Mapping[str, Any]:
+        """``attrs`` without keeping them: an op whose attributes nobody parsed yet is parsed for
+        the caller alone and stays serialized. For whole-graph readers that only look (the
+        schema check: keeping 173k parsed NodeProtos cost +268 MB on a million-op graph)."""
+        template = self.template
+        if self._attrs is not None or not isinstance(template, bytes):
+            return self.attrs
+        proto = NodeProto.FromString(template)
+        return {a.name: a for a in proto.attribute} if len(proto.attribute) else NO_ATTRS
+
     def copy(self, graph: "Graph") -> "OpData":
         """This record for a copy of its graph (``Graph.copy``): subgraphs are copied into
         ``graph``; an untouched op goes back to its template bytes and lazy attributes."""
