@@ -30,7 +30,7 @@ from onnx import GraphProto, TensorProto, TypeProto, ValueInfoProto
 
 from graphtool.ir.graph import Graph
 from graphtool.ir.model import Model
-from graphtool.ir.protos import MODEL_GRAPH_FIELD, _read_varint, key, split_repeated, top_level_records, varint
+from graphtool.ir.protos import MODEL_GRAPH_FIELD, graph_without_nodes, key, varint
 from graphtool.ir.to_onnx import TensorWriter, model_frame, node_records, tensor_record
 from graphtool.ir.value_infos import ValueInfo, as_proto, records
 
@@ -101,7 +101,7 @@ def infer_in_segments(model: Model, write_tensor: TensorWriter, infer: Infer, ma
                               infos_of[segment],
                               write_tensor)
         inferred = GraphProto()
-        inferred.MergeFromString(_graph_of(infer(data)))
+        inferred.MergeFromString(graph_without_nodes(infer(data)) or b"")
         for field in (inferred.input, inferred.output, inferred.value_info):
             for info in field:
                 if info.HasField("type") and info.name not in found:
@@ -160,15 +160,3 @@ def _segment_model(graph: Graph, head: bytes, tail: bytes, ids: list[int], graph
 def _record(field_key: bytes, info: ValueInfoProto) -> bytes:
     raw = info.SerializeToString()
     return field_key + varint(len(raw)) + raw
-
-
-def _graph_of(model: bytes) -> bytes:
-    """The serialized GraphProto inside a serialized ModelProto, without its node records (the
-    caller reads value infos only; the parsed nodes were ~350 bytes each)."""
-    for number, start, end in top_level_records(model):
-        if number == MODEL_GRAPH_FIELD:
-            _, body = _read_varint(model, start)
-            length, body = _read_varint(model, body)
-            _, rest = split_repeated(model[body:body + length], 1, 1 << 62)
-            return rest
-    return b""

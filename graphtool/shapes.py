@@ -25,14 +25,13 @@ from __future__ import annotations
 import weakref
 from typing import Mapping, Optional, Union
 
-import onnx
 from onnx import onnx_cpp2py_export as _onnx_cpp
 from onnx import GraphProto, ModelProto, TensorProto, TypeProto, numpy_helper
 
 from graphtool.ir.graph import Graph
 from graphtool.ir.model import Model
 from graphtool.ir.tensor import Tensor
-from graphtool.ir.protos import MODEL_GRAPH_FIELD, _read_varint, key, split_repeated, top_level_records, varint
+from graphtool.ir.protos import graph_without_nodes
 from graphtool.ir.to_onnx import model_bytes
 from graphtool.shape_segments import infer_in_segments, segmentable
 
@@ -212,17 +211,8 @@ def _inferred(model: Model) -> ModelProto:
     if model.ir_version < 4:
         return infer(ModelProto.FromString(data))
     out = infer_serialized(data)
-    if any(True for _ in model.graph.subgraphs()):
-        return ModelProto.FromString(out)
-    records = top_level_records(out)
-    graphs = [(start, end) for number, start, end in records if number == MODEL_GRAPH_FIELD]
-    if len(graphs) != 1:
-        return ModelProto.FromString(out)
-    start, end = graphs[0]
-    _, body = _read_varint(out, start)
-    length, body = _read_varint(out, body)
-    _, rest = split_repeated(out[body:body + length], 1, 1 << 62)
-    return ModelProto.FromString(b"".join((out[:start], key(MODEL_GRAPH_FIELD), varint(len(rest)), rest, out[end:])))
+    graph = None if any(True for _ in model.graph.subgraphs()) else graph_without_nodes(out)
+    return ModelProto.FromString(out) if graph is None else ModelProto(graph=GraphProto.FromString(graph))
 
 
 def _made_up(symbol: str) -> bool:

@@ -77,6 +77,17 @@ def split_at_field(data: bytes, field: int) -> tuple[bytes, bytes]:
     return data, b""
 
 
+def graph_without_nodes(model: bytes) -> bytes | None:
+    """The serialized GraphProto of a serialized ModelProto, without its node records (for readers
+    of value infos only: parsed nodes cost ~350 bytes each); None when there is not one graph."""
+    graphs = [(start, end) for number, start, end in top_level_records(model) if number == MODEL_GRAPH_FIELD]
+    if len(graphs) != 1:
+        return None
+    _, body = _read_varint(model, graphs[0][0])
+    length, body = _read_varint(model, body)
+    return split_repeated(model[body:body + length], 1, 1 << 62)[1]
+
+
 def top_level_records(data: bytes) -> list[tuple[int, int, int]]:
     """(field number, start, end) of each top-level record of a serialized message (for the few
     records of a ModelProto; ``split_repeated`` walks the many of a graph)."""
