@@ -14,19 +14,23 @@ The race ends when nothing waits and the leader is separated from the runner-up 
 rounds — ``replace_rounds`` paired rounds when the leader is not the baseline, since a bootstrap
 over 5 rounds calls any 5-for-5 result certain — or when ``max_rounds`` or the stage's time run
 out. Comparisons pair rounds by index: two candidates compare on the rounds both ran.
+
+``confirm`` is the last race: the winner against the original, each in fresh sessions (see there).
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from graphtool.tune_space import Candidate, Timer
+from graphtool.tune_space import Candidate, Confirmation, Timer
 from graphtool.tune_stats import confidence
 
 CONFIDENT = 0.95  # a difference counts when the bootstrap puts it on one side this often
 MARGIN = 0.03  # and when it is this large: 1% at 95% confidence after 5 rounds decides nothing
+SETUP_RUNS = 3  # what opening a session and its warm-up runs cost, in runs
+CONFIRM_SESSIONS = 2  # fresh sessions of each configuration in the confirmation
 
 
 @dataclass
@@ -162,3 +166,63 @@ def _leaving(active: list[Candidate], waiting: bool, samples: dict[Candidate, di
             left[done[0]] = f"retired after {len(samples[done[0]])} rounds to make room ({why})"
             out.append(done[0])
     return out
+
+
+def confirmation_seconds(rounds: int, cost: RunCost) -> float:
+    """What ``confirm`` costs the budget: four fresh sessions opened, warmed up and run ``rounds`` times."""
+    return 2 * CONFIRM_SESSIONS * (rounds + SETUP_RUNS) * (cost.value or 0.0)
+
+
+def confirm(timer: Timer, winner: Candidate, baseline: Candidate, capacity: int, limits: Limits,
+            time_left: Callable[[], float], cost: RunCost, aa_gap: float,
+            race_speedup: float) -> tuple[Confirmation, dict[Candidate, dict[int, float]]] | None:
+    """The winner and the original (``baseline``), each in two sessions none of the races opened,
+    interleaved round by round; None when the time left cannot fit ``replace_rounds`` rounds.
+
+    Why fresh sessions, and two of each: a session of a given model and settings keeps an offset
+    of its own for its whole life (where its weights and arenas landed in memory, which core its
+    threads favour): 0.2–1.8% at one thread on BERT-base, more at two. Rounds inside one session
+    cannot see it, and the race's winner is, among many candidates, the one whose session also drew
+    a lucky offset (the winner's curse). Fresh sessions of the winner remove that selection; two of
+    each configuration measure the offset's size on both sides in the same rounds. The decision
+    (graphtool.tune) compares the pooled means against that spread. Sessions are opened
+    alternately (original, winner, original, winner) so neither side always gets the memory opened
+    first. When memory holds fewer than four sessions, the two (original, winner) pairs run one
+    after the other, each pair interleaved."""
+    need = max(limits.replace_rounds, limits.min_rounds)
+    if not cost.value or time_left() < confirmation_seconds(need, cost):
+        return None
+    twins = [replace(winner, replica=2 + i) for i in range(CONFIRM_SESSIONS)]
+    fresh = [replace(baseline, replica=2 + i) for i in range(CONFIRM_SESSIONS)]
+    order = [c for pair in zip(fresh, twins) for c in pair]
+    together = capacity >= len(order)
+    groups = [order] if together else [list(pair) for pair in zip(fresh, twins)]
+    samples: dict[Candidate, dict[int, float]] = {c: {} for c in order}
+    done = 0
+    while True:
+        for group in groups:
+            batch = timer.time(group, need)
+            for cand, got in batch.items():
+                samples[cand].update((done + i, x) for i, x in enumerate(got))
+        done += need
+        undecided = 1 - CONFIDENT < confidence(*_pooled(samples, twins, fresh)) < CONFIDENT
+        # at most one more batch, only for the bootstrap: rounds shrink the noise inside a session,
+        # not the spread between sessions; separate pairs would open new sessions, not extend these
+        if not (together and undecided and done + need <= min(limits.max_rounds, 2 * need)
+                and time_left() >= len(order) * need * cost.value):
+            break
+    timer.release(order)
+    winner_ms = [median(samples[c]) for c in twins]
+    original_ms = [median(samples[c]) for c in fresh]
+    found = Confirmation(winner, race_speedup, min(len(s) for s in samples.values()), winner_ms, original_ms, aa_gap,
+                         statistics.fmean(original_ms) / statistics.fmean(winner_ms),
+                         confidence(*_pooled(samples, twins, fresh)))
+    return found, samples
+
+
+def _pooled(samples: dict[Candidate, dict[int, float]], twins: list[Candidate],
+            fresh: list[Candidate]) -> tuple[list[float], list[float]]:
+    """Per round, the mean over the winner's sessions and over the original's (rounds all four ran)."""
+    common = sorted(set.intersection(*(set(samples[c]) for c in twins + fresh)))
+    return ([statistics.fmean(samples[c][i] for c in twins) for i in common],
+            [statistics.fmean(samples[c][i] for c in fresh) for i in common])

@@ -102,10 +102,14 @@ class OrtSettings:
 class Candidate:
     rewrite: RewriteSet
     ort: OrtSettings
-    replica: int = 0  # 1: the A/A control, a second session of the same model and settings
+    # which session of this model and settings: 0 the search's, 1 the A/A control (a 2nd session),
+    # 2 and 3 the fresh sessions of the confirmation (graphtool.tune_race.confirm)
+    replica: int = 0
 
     def label(self) -> str:
-        return f"{self.rewrite.name} | {self.ort.label()}" + (" (A/A control: a 2nd session)" if self.replica else "")
+        suffix = "" if not self.replica else " (A/A control: a 2nd session)" if self.replica == 1 else \
+            f" (fresh session {self.replica - 1} of the confirmation)"
+        return f"{self.rewrite.name} | {self.ort.label()}" + suffix
 
 
 class Timer(Protocol):
@@ -187,6 +191,45 @@ class Kernel:
 
 
 @dataclass
+class Confirmation:
+    """The race's winner against the original under onnxruntime's defaults, each in two fresh
+    sessions raced together (graphtool.tune_race.confirm), and whether the winner was kept.
+
+    ``spread`` is what the win must exceed: the larger gap between the two sessions of one
+    configuration (winner's, original's) and the search's A/A gaps. Sessions of one model and
+    settings keep a per-session offset (memory and thread placement) that rounds inside one session
+    never show, and the race's winner is the candidate whose session drew the luckiest offset too."""
+
+    winner: Candidate
+    race_speedup: float  # what the race measured (the winner's own session against the baseline's)
+    rounds: int = 0  # paired rounds each fresh session ran
+    winner_ms: list[float] = field(default_factory=list)  # each fresh session's median
+    original_ms: list[float] = field(default_factory=list)
+    aa_gap: float = 0.0  # the largest A/A gap of the search's races
+    ratio: float = 0.0  # mean of the original's session medians / mean of the winner's
+    confidence: float = 0.5  # that the winner is faster, paired bootstrap over the pooled rounds
+    kept: bool = False
+    note: str = ""  # why the winner was kept or not, or why no confirmation ran
+
+    @staticmethod
+    def gap(medians: list[float]) -> float:
+        """max / min - 1 of one configuration's session medians."""
+        return max(medians) / min(medians) - 1 if len(medians) > 1 and min(medians) > 0 else 0.0
+
+    @property
+    def spread(self) -> float:
+        return max(self.gap(self.winner_ms), self.gap(self.original_ms), self.aa_gap)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"winner": self.winner.label(), "race_speedup": round(self.race_speedup, 4), "rounds": self.rounds,
+                "winner_session_ms": [round(x * 1000, 4) for x in self.winner_ms],
+                "original_session_ms": [round(x * 1000, 4) for x in self.original_ms],
+                "winner_gap": round(self.gap(self.winner_ms), 4), "original_gap": round(self.gap(self.original_ms), 4),
+                "aa_gap": round(self.aa_gap, 4), "session_spread": round(self.spread, 4), "ratio": round(self.ratio, 4),
+                "confidence": round(self.confidence, 3), "kept": self.kept, "note": self.note}
+
+
+@dataclass
 class TuneResult:
     winner: Candidate
     baseline: Candidate
@@ -199,6 +242,7 @@ class TuneResult:
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # rewrite set → why verification refused it
     seconds: float = 0.0
+    confirmation: Confirmation | None = None  # the fresh-session check of a winner other than the original
 
     def as_dict(self) -> dict[str, Any]:
         return {"winner": {"rewrite": self.winner.rewrite.as_dict(), "ort": self.winner.ort.as_dict(),
@@ -208,5 +252,6 @@ class TuneResult:
                 "runner_up_confidence": None if self.runner_up_confidence is None else round(self.runner_up_confidence, 3),
                 "tried": [r.as_dict() for r in self.rows], "kernels": [k.as_dict() for k in self.kernels],
                 "findings": self.findings, "skipped": self.skipped, "verification_failed": self.failed,
-                "seconds": round(self.seconds, 2)}
+                "seconds": round(self.seconds, 2),
+                "confirmation": None if self.confirmation is None else self.confirmation.as_dict()}
 
