@@ -126,7 +126,7 @@ class ShapeOracle:
         self.stale = False
         self.runs += 1
         previous, self._tables = self._tables, weakref.WeakKeyDictionary()
-        distinct: dict[bytes, TypeProto] = {}
+        distinct: dict = {}  # see _shared
         try:
             table = None
             if segmentable(self.model):
@@ -146,15 +146,21 @@ class ShapeOracle:
             self._tables[graph] = _kept(graph, old, _renamed(self._tables.get(graph, {}), renames))
 
     @staticmethod
-    def _shared(t: TypeProto, tag: str, distinct: dict[bytes, TypeProto]) -> TypeProto:
-        """``t`` with its made-up symbols marked ``tag``, as the one TypeProto of its kind."""
-        key = _run_local(t, tag).SerializeToString()
-        shared = distinct.get(key)
+    def _shared(t: TypeProto, tag: str, distinct: dict) -> TypeProto:
+        """``t`` with its made-up symbols marked ``tag``, as the one TypeProto of its kind.
+        ``distinct`` maps (tag, serialized type) and marked serialized types to it: a model's
+        values have few distinct types, so nearly every call is one serialization and one lookup."""
+        raw = t.SerializeToString()
+        shared = distinct.get((tag, raw))
         if shared is None:
-            shared = distinct[key] = TypeProto.FromString(key)
+            key = _run_local(t, tag).SerializeToString()
+            shared = distinct.get(key)
+            if shared is None:
+                shared = distinct[key] = TypeProto.FromString(key)
+            distinct[(tag, raw)] = shared
         return shared
 
-    def _collect(self, graph: Graph, proto: GraphProto, distinct: dict[bytes, TypeProto]) -> None:
+    def _collect(self, graph: Graph, proto: GraphProto, distinct: dict) -> None:
         """Fill ``graph``'s table (and its subgraphs') from the inferred ``proto``. Values of the
         same type share one TypeProto of their own (``distinct``, by serialized type): the table
         does not keep the inferred model alive (on a million-node chain that was 1.5 KB per value,

@@ -77,15 +77,21 @@ def split_at_field(data: bytes, field: int) -> tuple[bytes, bytes]:
     return data, b""
 
 
-def graph_without_nodes(model: bytes) -> bytes | None:
-    """The serialized GraphProto of a serialized ModelProto, without its node records (for readers
-    of value infos only: parsed nodes cost ~350 bytes each); None when there is not one graph."""
+def graph_field(model: bytes) -> bytes | None:
+    """The serialized GraphProto of a serialized ModelProto; None when there is not one graph."""
     graphs = [(start, end) for number, start, end in top_level_records(model) if number == MODEL_GRAPH_FIELD]
     if len(graphs) != 1:
         return None
     _, body = _read_varint(model, graphs[0][0])
     length, body = _read_varint(model, body)
-    return split_repeated(model[body:body + length], 1, 1 << 62)[1]
+    return model[body:body + length]
+
+
+def graph_without_nodes(model: bytes) -> bytes | None:
+    """``graph_field`` without its node records (for readers of value infos only: parsed nodes
+    cost ~350 bytes each, too many to hold at once on a big graph)."""
+    graph = graph_field(model)
+    return None if graph is None else split_repeated(graph, 1, 1 << 62)[1]
 
 
 def top_level_records(data: bytes) -> list[tuple[int, int, int]]:

@@ -11,6 +11,7 @@ absolute ``data_path`` it is given.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -120,8 +121,7 @@ class Tensor:
     @property
     def size(self) -> int:
         """Number of elements, from the dims alone."""
-        dims = self.dims
-        return int(np.prod(dims, dtype=np.int64)) if dims else 1
+        return math.prod(self.dims)  # Python ints: no int64 wrap on absurd dims, ~10x cheaper than np.prod
 
     @property
     def nbytes(self) -> int:
@@ -132,7 +132,7 @@ class Tensor:
             return int(self._array.nbytes)
         per_element = element_size(self._proto.data_type)
         if per_element:  # from dims: reading raw_data would copy the bytes out of protobuf
-            return int(np.ceil(self.size * per_element))
+            return math.ceil(self.size * per_element)
         return self._proto.ByteSize()
 
     def numpy(self) -> np.ndarray:
