@@ -30,7 +30,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from onnx import FunctionProto, NodeProto, TensorProto, TypeProto, helper
+from onnx import AttributeProto, FunctionProto, NodeProto, TensorProto, TypeProto, helper
 
 from graphtool.check import ONNX_DOMAINS, add, local_functions, norm_domain, place_of, schema_at, show_domain
 from graphtool.ir.graph import Graph, Node
@@ -309,10 +309,7 @@ def node_proto(node: Node) -> NodeProto:
     proto = NodeProto(op_type=node.op_type, domain=node.domain, name=node.name)
     proto.input.extend(node.inputs)
     proto.output.extend(node.outputs)
-    for name in node.attrs:
-        attr = node.attr_proto(name)
-        if attr is not None:
-            proto.attribute.append(attr)
+    proto.attribute.extend(a for a in node._data.peek_attrs().values() if isinstance(a, AttributeProto))
     return proto
 
 
