@@ -30,6 +30,12 @@ from typing import Any, Callable, Iterable
 
 MIN_NODES = 60_000  # below this one session is cheaper than cutting
 SEGMENT_NODES = 20_000
+# The most nodes whose sessions stay open at once. A session costs ~3.5 KB per node (a 1M-node
+# chain held 3.2-3.6 GB per sandbox child with every segment open, two children at once beside
+# graphtool's 1.6 GB); past this bound a segment is closed after use and reopened from its bytes
+# when the next run reaches it (~0.3 s per 20k-node segment), so a million-node run costs ~12 s
+# more per run and ~0.7 GB instead of ~3.5 GB.
+MAX_OPEN_NODES = 200_000
 MIN_BYTES = 1 << 20  # a model file smaller than this cannot hold MIN_NODES nodes: not even parsed
 
 # (segment model bytes, folder its external data is relative to) -> an onnxruntime session
@@ -104,6 +110,7 @@ class _Segment:
         self.outputs: list[str] = []  # read by later segments or graph outputs
         self.done_with: list[str] = []  # values no segment after this one reads
         self.session: Any = None
+        self.piece = b""  # the segment as a model, to reopen it once closed (MAX_OPEN_NODES)
 
 
 class SegmentedSession:
@@ -117,7 +124,9 @@ class SegmentedSession:
         self._overridable = [_declared(i) for i in graph.input if i.name in inits]
         self._output_names = [o.name for o in graph.output]
         self._segments = self._cut(graph, inits, segment_nodes or SEGMENT_NODES)
-        self._open(model, inits, open_session, folder)
+        self._open_session, self._folder = open_session, folder
+        self._open_order: list[_Segment] = []  # open segments, least recently used first
+        self._open(model, inits)
 
     def _cut(self, graph: Any, inits: dict[str, Any], segment_nodes: int) -> list[_Segment]:
         """Segments of consecutive nodes with what each reads from before and hands on."""
@@ -159,7 +168,7 @@ class SegmentedSession:
             segments.append(seg)
         return segments
 
-    def _open(self, model: Any, inits: dict[str, Any], open_session: OpenSession, folder: str | None) -> None:
+    def _open(self, model: Any, inits: dict[str, Any]) -> None:
         """Open the segments in order: a crossing value's type comes from the session that makes it."""
         from onnx import helper
 
@@ -175,9 +184,24 @@ class SegmentedSession:
                                      outputs, [inits[n] for n in seg.initializers])
             piece = helper.make_model(part, opset_imports=list(model.opset_import), ir_version=model.ir_version)
             piece.functions.extend(model.functions)
-            seg.session = open_session(piece.SerializeToString(), folder)
-            for arg in seg.session.get_outputs():
+            seg.piece = piece.SerializeToString()
+            for arg in self._session(seg).get_outputs():
                 self._types[arg.name] = arg.type
+
+    def _session(self, seg: _Segment) -> Any:
+        """``seg``'s session, opened from its bytes if it was closed; the least recently used are
+        closed while more than ``MAX_OPEN_NODES`` nodes are open."""
+        if seg.session is None:
+            seg.session = self._open_session(seg.piece, self._folder)
+        else:
+            self._open_order.remove(seg)
+        self._open_order.append(seg)
+        open_nodes = sum(s.stop - s.start for s in self._open_order)
+        while open_nodes > MAX_OPEN_NODES and len(self._open_order) > 1:
+            oldest = self._open_order.pop(0)
+            oldest.session = None
+            open_nodes -= oldest.stop - oldest.start
+        return seg.session
 
     # ------------------------------------------------------------------ InferenceSession's surface
 
@@ -201,7 +225,7 @@ class SegmentedSession:
         for seg in self._segments:
             feeds = {n: values[n] for n in seg.inputs if n in values}
             feeds.update((n, values[n]) for n in seg.initializers if n in values)
-            values.update(zip(seg.outputs, seg.session.run(seg.outputs, feeds)))
+            values.update(zip(seg.outputs, self._session(seg).run(seg.outputs, feeds)))
             for n in seg.done_with:
                 if n not in keep:
                     values.pop(n, None)

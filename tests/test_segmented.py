@@ -55,6 +55,29 @@ def test_segments_give_the_outputs_of_one_session(path: str) -> None:
         assert _same(got, want)
 
 
+def test_segments_past_the_open_bound_are_closed_and_reopened(monkeypatch) -> None:
+    """At most MAX_OPEN_NODES nodes' sessions stay open; closed segments reopen from their bytes
+    and every run still gives one session's outputs."""
+    path = os.path.join(ROOT, "fixtures", "torch", "cnn_ts.onnx")
+    model = onnx.load(path)
+    monkeypatch.setattr(segmented, "MAX_OPEN_NODES", 4)
+    opened: list[int] = []
+
+    def counting(data: bytes, folder: str | None = None) -> ort.InferenceSession:
+        opened.append(1)
+        return _plain(data, folder)
+
+    cut = segmented.SegmentedSession(model, counting, None, segment_nodes=2)
+    whole = _plain(model.SerializeToString())
+    assert sum(1 for seg in cut._segments if seg.session is not None) <= 2
+    for seed in (0, 1):
+        feeds = _feeds(whole, seed)
+        for got, want in zip(cut.run(None, feeds), whole.run(None, feeds)):
+            assert _same(got, want)
+        assert sum(1 for seg in cut._segments if seg.session is not None) <= 2
+    assert len(opened) > cut.segments  # closed ones were reopened
+
+
 def test_a_captured_value_reaches_the_segment_whose_subgraph_reads_it() -> None:
     """x is made in segment 1 and read only inside an If branch in segment 3."""
     then = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [],
