@@ -104,14 +104,19 @@ def implemented_versions(op_type: str, domain: str) -> str:
 # ---------------------------------------------------------------- types
 
 
+@functools.lru_cache(maxsize=None)
+def tensor_string(elem: int) -> str | None:
+    """'tensor(float)' for TensorProto.FLOAT; None for an unknown (0) element type."""
+    return f"tensor({TensorProto.DataType.Name(elem).lower()})" if elem else None
+
+
 def type_string(tp: TypeProto | None) -> str | None:
     """onnxruntime's spelling of a value type ('tensor(float)', 'seq(tensor(int64))'), None if unknown."""
     if tp is None:
         return None
     which = tp.WhichOneof("value")
     if which == "tensor_type":
-        elem = tp.tensor_type.elem_type
-        return f"tensor({TensorProto.DataType.Name(elem).lower()})" if elem else None
+        return tensor_string(tp.tensor_type.elem_type)
     if which == "sequence_type":
         inner = type_string(tp.sequence_type.elem_type)
         return f"seq({inner})" if inner else None
@@ -130,10 +135,20 @@ class Args:
 
     @staticmethod
     def of(graph: Graph, node: Node) -> "Args":
-        def typed(names: list[str]) -> list[tuple[str, str | None]]:
-            return [(n, type_string(graph.value_type(n)) if n else None) for n in names]
+        # Graph.value_type's lookup, spelled out: a weight's type string comes from its data type
+        # without building a TypeProto (a million-op check asks ~2.5M times; inspect's largest cost)
+        tables, inits = (graph.inputs, graph.outputs, graph.value_info), graph.initializers
 
-        return Args(typed(node.inputs), typed(node.outputs))
+        def type_of(name: str) -> str | None:
+            for table in tables:
+                info = table.get(name)
+                if info is not None and info.HasField("type"):
+                    return type_string(info.type)
+            tensor = inits.get(name)
+            return tensor_string(tensor.data_type) if tensor is not None else None
+
+        return Args([(n, type_of(n) if n else None) for n in node.inputs],
+                    [(n, type_of(n) if n else None) for n in node.outputs])
 
     def has_fp16(self) -> bool:
         return any(t == FP16 for _, t in self.inputs)
