@@ -30,8 +30,8 @@ from onnx import GraphProto, TensorProto, TypeProto, ValueInfoProto
 
 from graphtool.ir.graph import Graph
 from graphtool.ir.model import Model
-from graphtool.ir.protos import MODEL_GRAPH_FIELD, graph_field, key, varint
-from graphtool.ir.to_onnx import TensorWriter, model_frame, node_records, tensor_record
+from graphtool.ir.protos import graph_field, key, record
+from graphtool.ir.to_onnx import TensorWriter, framed, model_frame, node_records, tensor_record
 from graphtool.ir.value_infos import ValueInfo, as_proto, records
 
 MIN_NODES = 150_000  # below this one inference costs little enough
@@ -150,13 +150,8 @@ def _segment_model(graph: Graph, head: bytes, tail: bytes, ids: list[int], graph
     parts.extend(tensor_record(write_tensor(graph.initializers[v])) for v in initializers)
     declared = [graph.inputs[v] or ValueInfoProto(name=v) for v in graph_inputs]
     declared += [ValueInfoProto(name=v, type=found[v]) for v in crossing]
-    parts.extend(_record(_INPUT_KEY, as_proto(info)) for info in declared)
-    parts.extend(_record(_OUTPUT_KEY, as_proto(graph.outputs[v] or ValueInfoProto(name=v))) for v in outputs)
+    parts.extend(record(_INPUT_KEY, as_proto(info).SerializeToString()) for info in declared)
+    parts.extend(record(_OUTPUT_KEY, as_proto(graph.outputs[v] or ValueInfoProto(name=v)).SerializeToString())
+                 for v in outputs)
     parts.append(records(infos))
-    body = b"".join(parts)
-    return b"".join((head, key(MODEL_GRAPH_FIELD), varint(len(body)), body, tail))
-
-
-def _record(field_key: bytes, info: ValueInfoProto) -> bytes:
-    raw = info.SerializeToString()
-    return field_key + varint(len(raw)) + raw
+    return framed(head, b"".join(parts), tail)

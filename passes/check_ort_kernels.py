@@ -135,16 +135,13 @@ class Args:
 
     @staticmethod
     def of(graph: Graph, node: Node) -> "Args":
-        # Graph.value_type's lookup, spelled out: a weight's type string comes from its data type
-        # without building a TypeProto (a million-op check asks ~2.5M times; inspect's largest cost)
-        tables, inits = (graph.inputs, graph.outputs, graph.value_info), graph.initializers
-
+        # Graph.value_type, except that a weight's type string comes from its data type without
+        # building a TypeProto (a million-op check asks ~2.5M times; inspect's largest cost)
         def type_of(name: str) -> str | None:
-            for table in tables:
-                info = table.get(name)
-                if info is not None and info.HasField("type"):
-                    return type_string(info.type)
-            tensor = inits.get(name)
+            declared = graph.declared_type(name)
+            if declared is not None:
+                return type_string(declared)
+            tensor = graph.initializers.get(name)
             return tensor_string(tensor.data_type) if tensor is not None else None
 
         return Args([(n, type_of(n) if n else None) for n in node.inputs],

@@ -84,9 +84,9 @@ def schema_facts(op_type: str, domain: str, opset: int) -> _Schema | None:
 
 def attr_type(value: Any) -> int:
     """The type of an attribute as the IR holds it (an AttributeProto, a Graph or a list of them)."""
-    proto = value
-    if not isinstance(proto, AttributeProto):  # held as a Graph (or a list of them) by the IR
+    if not isinstance(value, AttributeProto):  # held as a Graph (or a list of them) by the IR
         return AttributeProto.GRAPHS if isinstance(value, list) else AttributeProto.GRAPH
+    proto = value
     if proto.type != AttributeProto.UNDEFINED:
         return proto.type
     for field_name, kind in _FIELD_TYPES:

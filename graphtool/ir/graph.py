@@ -192,11 +192,18 @@ class Graph(GraphEdits):
             return self.parent.const(value)
         return None
 
-    def value_type(self, value: str) -> TypeProto | None:
+    def declared_type(self, value: str) -> TypeProto | None:
+        """The type the graph declares for ``value`` (input, output or value_info), if any."""
         for table in (self.inputs, self.outputs, self.value_info):
             info = table.get(value)
             if info is not None and info.HasField("type"):
                 return info.type
+        return None
+
+    def value_type(self, value: str) -> TypeProto | None:
+        declared = self.declared_type(value)
+        if declared is not None:
+            return declared
         tensor = self.initializers.get(value)
         if tensor is not None:
             return helper.make_tensor_type_proto(tensor.data_type, tensor.dims)

@@ -55,6 +55,11 @@ def key(field: int) -> bytes:
     return varint((field << 3) | _LEN)
 
 
+def record(field_key: bytes, body: bytes) -> bytes:
+    """One length-delimited record: ``field_key`` (``key(n)``), the length, ``body``."""
+    return b"".join((field_key, varint(len(body)), body))
+
+
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
     shift = value = 0
     while True:

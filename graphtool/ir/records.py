@@ -80,6 +80,11 @@ def _key_dict(slots: Iterable[int]) -> _Shared:
 
 
 
+def _attr_table(proto: NodeProto) -> Mapping[str, Any]:
+    """name -> AttributeProto of a parsed NodeProto (the shared empty table when it has none)."""
+    return {a.name: a for a in proto.attribute} if len(proto.attribute) else NO_ATTRS
+
+
 class OpData:
     """The record of one op node: what ``nx._node[id]`` holds for an op (see the module doc).
 
@@ -114,8 +119,7 @@ class OpData:
             proto = self.template
             if isinstance(proto, bytes):
                 proto = self.template = NodeProto.FromString(proto)
-            attrs = self._attrs = {a.name: a for a in proto.attribute} if proto is not None and len(proto.attribute) \
-                else NO_ATTRS
+            attrs = self._attrs = _attr_table(proto) if proto is not None else NO_ATTRS
         return attrs
 
     def peek_attrs(self) -> Mapping[str, Any]:
@@ -125,8 +129,7 @@ class OpData:
         template = self.template
         if self._attrs is not None or not isinstance(template, bytes):
             return self.attrs
-        proto = NodeProto.FromString(template)
-        return {a.name: a for a in proto.attribute} if len(proto.attribute) else NO_ATTRS
+        return _attr_table(NodeProto.FromString(template))
 
     def copy(self, graph: "Graph") -> "OpData":
         """This record for a copy of its graph (``Graph.copy``): subgraphs are copied into

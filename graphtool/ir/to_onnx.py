@@ -17,7 +17,7 @@ from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProt
 from graphtool.ir.from_onnx import gc_paused
 from graphtool.ir.graph import EDITED, Graph, Node, OpData
 from graphtool.ir.model import Model
-from graphtool.ir.protos import GRAPH_INITIALIZER_FIELD, MODEL_GRAPH_FIELD, _read_varint, key, split_at_field, varint
+from graphtool.ir.protos import GRAPH_INITIALIZER_FIELD, MODEL_GRAPH_FIELD, _read_varint, key, record, split_at_field, varint
 from graphtool.ir.tensor import Tensor
 from graphtool.ir.value_infos import GRAPH_VALUE_INFO_FIELD, as_proto
 from graphtool.ir.value_infos import records as value_info_records
@@ -161,8 +161,7 @@ def graph_pieces(graph: Graph, write_tensor: TensorWriter = _as_is) -> tuple[lis
 
 def tensor_record(proto: TensorProto) -> bytes:
     """One ``GraphProto.initializer`` record."""
-    body = proto.SerializeToString()
-    return b"".join((_INITIALIZER_KEY, varint(len(body)), body))
+    return record(_INITIALIZER_KEY, proto.SerializeToString())
 
 
 def graph_bytes(graph: Graph, write_tensor: TensorWriter = _as_is, initializers: bool = True) -> bytes:
@@ -204,12 +203,17 @@ def model_frame(model: Model) -> tuple[bytes, bytes]:
     return split_at_field(out.SerializeToString(), MODEL_GRAPH_FIELD)
 
 
+def framed(head: bytes, graph: bytes, tail: bytes) -> bytes:
+    """A serialized model from ``model_frame``'s two parts and a serialized GraphProto."""
+    return b"".join((head, key(MODEL_GRAPH_FIELD), varint(len(graph)), graph, tail))
+
+
 def model_bytes(model: Model, write_tensor: TensorWriter = _as_is, main_initializers: bool = True) -> bytes:
     """The serialized model (what ``to_onnx(model).SerializeToString()`` gives, without the proto)."""
     with gc_paused():
         head, tail = model_frame(model)
         graph = graph_bytes(model.graph, write_tensor, initializers=main_initializers)
-    return b"".join((head, key(MODEL_GRAPH_FIELD), varint(len(graph)), graph, tail))
+    return framed(head, graph, tail)
 
 
 def to_onnx(model: Model, write_tensor: TensorWriter = _as_is, main_initializers: bool = True) -> ModelProto:

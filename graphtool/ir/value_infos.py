@@ -20,7 +20,7 @@ from typing import Iterable, Union
 
 from onnx import TypeProto, ValueInfoProto
 
-from graphtool.ir.protos import key, varint
+from graphtool.ir.protos import key, record
 
 GRAPH_VALUE_INFO_FIELD = 13
 _RECORD_KEY = key(GRAPH_VALUE_INFO_FIELD)
@@ -67,13 +67,9 @@ def records(infos: Iterable[ValueInfo]) -> bytes:
         if type(info) is TypeOnly:
             typed = type_bytes.get(id(info.type))
             if typed is None:
-                raw = info.type.SerializeToString()
-                typed = type_bytes[id(info.type)] = _TYPE_KEY + varint(len(raw)) + raw
-            name = info.name.encode()
-            body = b"".join((_NAME_KEY, varint(len(name)), name, typed))
+                typed = type_bytes[id(info.type)] = record(_TYPE_KEY, info.type.SerializeToString())
+            body = record(_NAME_KEY, info.name.encode()) + typed
         else:
             body = info.SerializeToString()
-        append(_RECORD_KEY)
-        append(varint(len(body)))
-        append(body)
+        append(record(_RECORD_KEY, body))
     return b"".join(parts)
