@@ -24,11 +24,12 @@ def node_changes(m: Matcher, a: Node, b: Node) -> list[dict[str, Any]]:
     details: list[dict[str, Any]] = []
     if (a.op_type, a.domain) != (b.op_type, b.domain):
         details.append({"what": "op_type", "old": qualified(a), "new": qualified(b)})
-    ca, cb = m.ha.canon[a.id], m.hb.canon[b.id]
+    ka, kb = m.ha.canon_key[a.id], m.hb.canon_key[b.id]
+    ca, cb = (dict(ka), dict(kb)) if ka != kb else ({}, {})
     for key in sorted(set(ca) | set(cb)):
         if ca.get(key) == cb.get(key):
             continue
-        old, new = m.ha.attrs[a.id].get(key), m.hb.attrs[b.id].get(key)
+        old, new = a.attr(key), b.attr(key)
         entry: dict[str, Any] = {
             "what": "attribute",
             "name": key,

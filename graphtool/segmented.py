@@ -12,7 +12,7 @@ sorted) node order, into segments of ``SEGMENT_NODES``: each segment is a model 
 the values it reads from earlier segments or the graph's inputs and whose outputs are the values
 later segments or the graph's outputs read. The segments run in order, each on the values of the
 ones before, and the whole answers like one ``InferenceSession`` (inputs, outputs, overridable
-initializers, run). Cost: linear in the node count (0.3 s per 20,000-node segment).
+initializers, run). Cost: linear in the node count (~0.2 s per 10,000-node segment).
 
 A value crossing a cut is declared with the element type the session that makes it reports, so
 segments open one after another. A model whose nodes are out of order, whose graph inputs are not
@@ -29,11 +29,13 @@ from types import SimpleNamespace
 from typing import Any, Callable, Iterable
 
 MIN_NODES = 60_000  # below this one session is cheaper than cutting
-SEGMENT_NODES = 20_000
+# ORT's session build per segment: 10k nodes open ~20% faster than 20k (its planner's quadratic
+# term), 5k no faster than 10k (chain, blocks and fan-out graphs of 200k nodes; stop 27)
+SEGMENT_NODES = 10_000
 # The most nodes whose sessions stay open at once. A session costs ~3.5 KB per node (a 1M-node
 # chain held 3.2-3.6 GB per sandbox child with every segment open, two children at once beside
 # graphtool's 1.6 GB); past this bound a segment is closed after use and reopened from its bytes
-# when the next run reaches it (~0.3 s per 20k-node segment), so a million-node run costs ~12 s
+# when the next run reaches it (~0.2 s per 10k-node segment), so a million-node run costs ~10 s
 # more per run and ~0.7 GB instead of ~3.5 GB.
 MAX_OPEN_NODES = 200_000
 MIN_BYTES = 1 << 20  # a model file smaller than this cannot hold MIN_NODES nodes: not even parsed

@@ -262,3 +262,29 @@ def test_renamed_copy_of_a_fused_transformer_matches_as_well_as_names_do():
         assert result.counts[REMOVED] - result.counts[ADDED] == report.nodes_before - report.nodes_after
     assert spurious(renamed) <= spurious(plain) + 2, (plain.counts, renamed.counts)
     assert renamed.counts[ADDED] <= plain.counts[ADDED] + 2
+
+
+@pytest.mark.parametrize("twin_in_b", [False, True])
+def test_unique_node_names_pair_what_structure_could_not(twin_in_b):
+    """A changed attribute breaks both structural hashes; a node name unique on both sides still
+    pairs the op (a CHANGED, not a removal plus an addition). A name used twice on either side
+    pairs nothing by name."""
+    def leaky(alpha, out, name):
+        return helper.make_node("LeakyRelu", ["x"], [out], name=name, alpha=alpha)
+
+    a = _model([leaky(0.1, "t", "act"), helper.make_node("Neg", ["x"], ["u"], name="dup"),
+                helper.make_node("Abs", ["x"], ["v"], name="dup")], [_vi("x")], [_vi("t"), _vi("u"), _vi("v")])
+    b_nodes = [leaky(0.2, "t", "act"), helper.make_node("Neg", ["x"], ["u"], name="dup"),
+               helper.make_node("Abs", ["x"], ["v"], name="dup")]
+    if twin_in_b:
+        b_nodes.append(leaky(0.3, "w", "act"))
+    b = _model(b_nodes, [_vi("x")], [_vi("t"), _vi("u"), _vi("v")] + ([_vi("w")] if twin_in_b else []))
+    main = diff(a, b).graphs[0]
+    assert main.matched_by["structure"] == 2  # Neg and Abs
+    if twin_in_b:
+        assert "name" not in main.matched_by  # "act" is not unique in b
+        assert main.matched_by["value name"] == 1  # the LeakyRelu that still writes "t"
+    else:
+        assert main.matched_by["name"] == 1
+    changed = [nd for nd in main.nodes if nd.change == CHANGED]
+    assert [(nd.node.op_type, nd.details[0]["name"]) for nd in changed] == [("LeakyRelu", "alpha")]

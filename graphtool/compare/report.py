@@ -89,26 +89,28 @@ def compare_level(original_model: Model, optimized_model: Model, level: int, tar
                   ort_model: Model | None = None, seed: int = 0,
                   feeds: dict[str, np.ndarray] | None = None,
                   original_outputs: dict[str, Any] | None = None, ort_session: Any = None,
-                  index: Any = None) -> dict[str, Any]:
+                  index: Any = None, ours: "OurSide | None" = None) -> dict[str, Any]:
     """ORT's graph at ``level`` beside graphtool's ``optimized_model`` (optimized at that level).
 
     This is what ``graphtool optimize --compare-ort`` prints (through ``format_compare``) and
     what ``graphtool compare`` builds once per level. ``ort_model`` can be passed when the caller
     already has ORT's graph (and ``ort_session``, the session that made it, which then gives its
     outputs); otherwise ORT optimizes ``original_model`` here. ``index``: the original's
-    ``fusion_trace.index_original``, when the caller traces it more than once.
+    ``fusion_trace.index_original``, when the caller traces it more than once; ``ours``:
+    graphtool's side already traced (``OurSide``), when several levels share it.
     """
     if ort_model is None:
         ort_model, ort_session = ort_optimized_session(original_model, level)
-    # the outputs: sessions in the sandbox child, while the traces run here
+    index = index if index is not None else index_original(original_model)  # read by both traces
+    ours = ours if ours is not None else OurSide(original_model, optimized_model, index)
+    # the outputs: sessions in the sandbox child, while ORT's graph is traced here
+    sessions = {"ort": ort_session} if ort_session is not None else {}
     outputs = sandbox.Background(lambda: output_diffs(
         {"original": original_model, "ort": ort_model, "graphtool": optimized_model}, seed=seed, feeds=feeds,
         known={"original": original_outputs} if original_outputs is not None else None,
-        sessions={"ort": ort_session} if ort_session is not None else None))
-    index = index if index is not None else index_original(original_model)  # read by both traces
+        sessions={**sessions, **ours.sessions()}))
     ort_trace = trace_fusions(original_model, ort_model, index=index)
-    our_trace = trace_fusions(original_model, optimized_model, index=index)
-    ort_side, our_side = _side(ort_model, ort_trace), _side(optimized_model, our_trace)
+    ort_side, our_side = _side(ort_model, ort_trace), _side(optimized_model, ours.trace)
     return {
         "level": level,
         "ort_level": ORT_LEVELS[level],
@@ -118,10 +120,34 @@ def compare_level(original_model: Model, optimized_model: Model, level: int, tar
         "ort": ort_side,
         "graphtool": our_side,
         "op_diff": histogram_diff(ort_side["op_histogram"], our_side["op_histogram"]),
-        "fusions": compare_fusions(ort_trace, our_trace),
+        "fusions": compare_fusions(ort_trace, ours.trace),
         "outputs": outputs.result(),
         "notes": layout_notes(ort_model),
     }
+
+
+class OurSide:
+    """graphtool's optimized model, traced against the original, and its session opening in the
+    sandbox child (``start_session``): ready before ORT's graph is, so on a big model neither
+    waits behind the other (on a 200k-node model each is seconds), and levels that share
+    graphtool's model (L2 and L3) share its trace and session."""
+
+    def __init__(self, original: Model, optimized: Model, index: Any) -> None:
+        self.trace = trace_fusions(original, optimized, index=index)
+        self._session: sandbox.Background | None = None
+        self.optimized = optimized
+
+    def start_session(self) -> None:
+        """Open the optimized model's session now, in the background (when sessions are sandboxed:
+        in this process it would only compete with the traces for the same interpreter)."""
+        from graphtool.runtime import make_session
+
+        if self._session is None and sandbox.sessions_enabled():
+            optimized = self.optimized
+            self._session = sandbox.Background(lambda: make_session(optimized))
+
+    def sessions(self) -> dict[str, Any]:
+        return {"graphtool": self._session.result()} if self._session is not None else {}
 
 
 # --------------------------------------------------------------------------- whole report
@@ -164,6 +190,7 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
         "latency": None,
     }
     index = None
+    sides: dict[int, OurSide] = {}
     pending = ort_job(model, levels[0]) if levels else None  # ORT optimizes while graphtool does
     for i, level in enumerate(levels):
         our_level = graphtool_level_for(level, target)
@@ -171,6 +198,9 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
             if on_step:
                 on_step(f"graphtool optimize level {our_level}")
             ours[our_level] = optimize(model, level=our_level, target=target)[0]
+            index = index if index is not None else index_original(model)
+            sides = {our_level: OurSide(model, ours[our_level], index)}  # one level's session open at a time
+            sides[our_level].start_session()
         if on_step:
             on_step(f"onnxruntime level {level} ({ORT_LEVELS[level]})")
         assert pending is not None
@@ -179,9 +209,9 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
         if reference is not None:
             side = reference.result()
             feeds, original_outputs, reference = side.input_sets[0].feeds, side.expected[0], None
-        index = index if index is not None else index_original(model)
         entry = compare_level(model, ours[our_level], level, target, ort_model=ort_model, seed=seed, feeds=feeds,
-                              original_outputs=original_outputs, ort_session=ort_session, index=index)
+                              original_outputs=original_outputs, ort_session=ort_session, index=index,
+                              ours=sides[our_level])
         del ort_session  # its child-side session closes before the next level's opens
         if models is not None:
             models[level] = (ort_model, ours[our_level])
