@@ -175,6 +175,7 @@ class Matcher:
         self.how: Counter = Counter()
         self._seen_values: set[tuple[str, str]] = set()
         self._work: list[tuple[str, str]] = []
+        self._held: list[tuple[int, int]] | None = None  # pairs whose values wait to be queued (``run``)
 
     # -- value identity across the two graphs
 
@@ -222,6 +223,12 @@ class Matcher:
     def pair(self, a: int, b: int, how: str) -> None:
         self.a2b[a], self.b2a[b] = b, a
         self.how[how] += 1
+        if self._held is not None:
+            self._held.append((a, b))
+        else:
+            self._push_values(a, b)
+
+    def _push_values(self, a: int, b: int) -> None:
         na, nb = self.ga.node(a), self.gb.node(b)
         for va, vb in zip(na.inputs, nb.inputs):
             self._push(va, vb)
@@ -234,11 +241,31 @@ class Matcher:
             self._work.append((va, vb))
 
     def run(self) -> None:
+        """The phases in order, until one side has no unmatched node left (every phase pairs
+        unmatched nodes of both sides, so nothing after could change the result): a graph
+        against an unchanged or a purely grown copy stops after the structural hashes."""
         ha, hb = self.ha, self.hb
-        self._by_key(lambda h, n: h.forward[n], unique=True)
-        self._by_key(lambda h, n: (h.forward[n], h.backward[n]), unique=False)
-        self._by_key(lambda h, n: h.backward[n], unique=True)
-        self._by_names()
+        size_a, size_b = len(self.ga), len(self.gb)
+
+        def complete() -> bool:
+            return len(self.a2b) == size_a or len(self.b2a) == size_b
+
+        # the values of the pairs the first phases make are queued for propagation only if it runs
+        self._held = []
+        for phase in (
+            lambda: self._by_key(lambda h, n: h.forward[n], unique=True),
+            lambda: self._by_key(lambda h, n: (h.forward[n], h.backward[n]), unique=False),
+            lambda: self._by_key(lambda h, n: h.backward[n], unique=True),
+            self._by_names,
+        ):
+            if complete():
+                return
+            phase()
+        if complete():
+            return
+        held, self._held = self._held, None
+        for a, b in held:
+            self._push_values(a, b)
         for va, vb in self.input_pairs:
             self._push(va, vb)
         for va, vb in pair_names(list(self.ga.outputs), list(self.gb.outputs), self.parent is None)[0]:
