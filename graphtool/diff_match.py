@@ -30,12 +30,18 @@ class Hashes:
         self.outer = outer
         self.input_tokens = input_tokens
         self.order = graph.topological_order()
-        self.index = {n.id: i for i, n in enumerate(self.order)}
+        # Per-op tables are lists indexed by op id (loaders number ops from 0; a pass's new ops
+        # take the next ids), not dicts: a quarter of the memory and sequential reads, which on a
+        # million-op graph is what keeps the cost per op from growing with the graph (issue 19).
+        size = max((n.id for n in self.order), default=-1) + 1
+        self.index = [0] * size  # op id -> place in ``order``
+        for i, n in enumerate(self.order):
+            self.index[n.id] = i
         # the attributes' canonical forms (``canonical``) as a sorted tuple: both hashes use it,
-        # and ``canon`` gives it back as a dict (one table per side, not three: issue 19)
-        self.canon_key: dict[int, tuple] = {}
-        self.forward: dict[int, int] = {}
-        self.backward: dict[int, int] = {}
+        # and ``canon`` gives it back as a dict
+        self.canon_key: list[tuple] = [()] * size
+        self.forward: list[int] = [0] * size
+        self.backward: list[int] = [0] * size
         self.value_hash: dict[str, int] = {}
         self.constants: dict[int, tuple] = {}  # Constant node id -> content key
         self._init_keys: dict[str, tuple] = {}
