@@ -30,23 +30,29 @@ between batches. "Faster" is a median comparison with a paired bootstrap confide
 in every round, whose gap to the first is the session-to-session noise the bootstrap cannot see.
 
 4. confirmation — a winner other than the original must win once more, in sessions none of the
-   races opened: the winner twice and the original under onnxruntime's defaults twice, interleaved
-   (graphtool.tune_race.confirm). One A/A pair does not bound how far sessions of one model and
-   settings sit apart, and the winner of a race among many candidates is partly the one whose
-   session sat lowest (resnet50, one thread: a "1.006x, A/A 0.0%" winner measured 0.4–0.9% behind
-   the original and onnxscript's output at ORT all in bench/tune_table.py's fresh sessions). The
-   winner is kept only when the pooled rounds are confidently faster (``CONFIDENT``, over
-   ``replace_rounds`` rounds) and the ratio of the session means beats the session spread: the
-   larger gap between the two sessions of one configuration, and the search's A/A gaps. Why that
-   bar: with a per-session offset of spread σ, each such pair differs by √2·σ·|z|, and the
-   difference of the two 2-session means has spread σ. The largest of the three pairs (two here;
-   the races' A/A pair, the same two sessions in every race) lands near 1.8σ: about a one-sided
-   95% test had σ been known. A t-test on so few sessions would ask ~2.9σ; the bar is a
-   compromise, simple to state and to check in the report. Two sessions a side is the
-   cheapest count that sees the offset on both sides in the same rounds. The bar errs toward the
-   original: a wrong "keep" misses 1%, a wrong win hands the user a slower model. The
-   confirmation's time is reserved from the stages after the first race; when the budget cannot
-   fit it, the original is kept and the report says so.
+   races opened: the winner and the original under onnxruntime's defaults, two sessions each,
+   interleaved (graphtool.tune_race.confirm). One A/A pair does not bound how far sessions of one
+   model and settings sit apart, and the winner of a race among many candidates is partly the one
+   whose session sat lowest (resnet50, one thread: a "1.006x, A/A 0.0%" winner measured 0.4–0.9%
+   behind the original and onnxscript's output at ORT all in bench/tune_table.py's fresh sessions).
+   The verdict is a one-sided t-test over the session medians (log scale): the winner is kept when
+   the ratio of the two sides' geometric means, minus 1, beats the bar t·SD·√(2/n) — n sessions a
+   side, SD the spread of one session's median within its configuration (sessions compared within
+   the step that opened them, the races' A/A pair as one more pair), floored at SPREAD_FLOOR/√2, t
+   at 97.5% on its degrees of freedom — and the pooled rounds agree (``CONFIDENT``). Why that bar:
+   the session, not the round, is what the offset varies by, so only more sessions narrow it.
+   Two a side is the cheapest count that sees the offset on both sides in the same rounds, but
+   its bar is ~1.9σ at a session SD of σ (t on 3 df): BERT-base's ~1% MultiHeadAttention gain
+   against ~0.6–1.4% offsets was confirmed in one run and refused in the next. So while the gain
+   is inside the bar but not under half the bar six sessions a side would set, two more sessions a
+   side are opened (to six at most: ~1.1σ at four, ~0.8σ at six), and the search stops as soon as
+   the test decides either way. Each look tests at 97.5% so that the up-to-three looks together
+   keep a wrong win near 5%; the floor keeps a few sessions that happen to agree from declaring a
+   0.3% win. The rule errs toward the original: a wrong "keep" misses a gain, a wrong win hands
+   the user a slower model. The confirmation's first step is reserved from the stages after the
+   first race, one escalation step from the last; when the budget cannot fit the first step, the
+   original is kept, and when it cannot fit the next step, the verdict is the test's with the sessions it has
+   (which keeps the original when inside the bar); the report says which.
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ from graphtool.tune_space import (  # noqa: F401 - the search's vocabulary, re-e
 )
 from graphtool.tune_race import (  # noqa: F401 - SETUP_RUNS re-exported
     CONFIDENT,
+    CONFIRM_RESERVED_STEPS,
     MARGIN,
     SETUP_RUNS,
     Limits,
@@ -79,12 +86,14 @@ from graphtool.tune_race import (  # noqa: F401 - SETUP_RUNS re-exported
     confirm,
     confirmation_seconds,
     paired,
+    round_means,
     run_race,
 )
 from graphtool.tune_space import Confirmation
 from graphtool.tune_stats import confidence, spread  # noqa: F401 - re-exported
 
-# The least session spread a confirmation believes. Four sessions estimate it poorly: resnet50
+# The least gap between two sessions of one configuration a confirmation believes (its t-test
+# floors the session SD at SPREAD_FLOOR / sqrt(2)). A few sessions estimate it poorly: resnet50
 # (one thread) confirmed a 1.003x win at a measured 0.1% spread that bench/tune_table.py's fresh
 # sessions found 0.9975x; same-configuration session groups there measured 0.2-2.4% apart (stop 26).
 SPREAD_FLOOR = 0.005
@@ -130,9 +139,12 @@ class _Search:
 
     def stage_end(self, stage: str) -> float:
         """When ``stage`` must stop (fixed the first time it is asked, at the stage's start); the
-        stages after the first race leave the confirmation's time (its cost from the runs so far)."""
+        stages after the first race leave the confirmation's first step (at the cost of the runs so
+        far), and the last one an escalation step too: stage 2 is the search's widest race, and
+        when stage 3 has nothing new to measure its share goes to the confirmation anyway."""
         if stage not in self.ends:
-            end = self.start + self.budget - confirmation_seconds(self.confirm_rounds(), self.run_cost)
+            steps = CONFIRM_RESERVED_STEPS if stage == "threads" else 1
+            end = self.start + self.budget - confirmation_seconds(self.confirm_rounds(), self.run_cost, steps)
             now = self.clock()
             self.ends[stage] = now + self.budget * STAGE_SHARES[stage] if stage == "kernels" else \
                 now + (end - now) * STAGE_SHARES[stage]
@@ -381,20 +393,21 @@ class _Search:
                           self.findings, self.skipped, self.failed, self.clock() - self.start, done)
 
     def confirmed(self, win: Row) -> bool:
-        """Race ``win`` against the original in fresh sessions (stage 4); whether it may replace the
-        original. The verdict, its figures and the reason go to the findings and ``self.confirmation``."""
+        """Race ``win`` against the original in fresh sessions (stage 4, graphtool.tune_race.confirm);
+        whether it may replace the original. Its figures and the reason go to the findings and
+        ``self.confirmation``, its sessions to the rows."""
         label, need = win.candidate.label(), self.confirm_rounds()
         aa = max(self.aa_gap.values(), default=0.0)
         capacity = min(MAX_SESSIONS, self.timer.capacity())
         end = self.start + self.budget
         self.progress("confirmation: the winner and the original in fresh sessions")
         got = confirm(self.timer, win.candidate, self.baseline, capacity, self.limits, lambda: end - self.clock(),
-                      self.run_cost, aa, win.speedup)
+                      self.run_cost, aa, win.speedup, SPREAD_FLOOR)
         if got is None:
             note = (f"the {max(0.0, end - self.clock()):.0f} s left of the budget cannot fit the confirmation against "
                     f"fresh sessions of the original (~{confirmation_seconds(need, self.run_cost):.0f} s for "
                     f"{need} rounds of 4 sessions)")
-            self.confirmation = Confirmation(win.candidate, win.speedup, aa_gap=aa, note=note)
+            self.confirmation = Confirmation(win.candidate, win.speedup, aa_gap=aa, note=note, stopped="budget")
             self.findings.append(f"{label} measured {win.speedup:.3f}x in the race, but {note}; keeping the original "
                                  "(a larger --budget fits it)")
             return False
@@ -402,27 +415,18 @@ class _Search:
         self.confirmation = found
         self.max_alive = max(self.max_alive, 4 if capacity >= 4 else 2)
         originals = [c for c in samples if c.rewrite == self.baseline.rewrite and c.ort == self.baseline.ort]
-        pooled = {i: statistics.fmean(samples[c][i] for c in originals)
-                  for i in set.intersection(*(set(samples[c]) for c in originals))}
+        pooled = round_means(samples, originals)
         for cand, got_ in samples.items():
             mine, theirs = paired(got_, pooled)
             self.rows.append(Row(cand, "confirmation", statistics.median(mine), statistics.fmean(found.original_ms),
                                  spread(mine), len(mine), confidence(mine, theirs)))
-        if found.confidence < CONFIDENT:
-            why = f"at {found.confidence:.0%} confidence"
-        elif found.ratio - 1 <= max(found.spread, SPREAD_FLOOR):
-            why = "inside the session spread" if found.spread >= SPREAD_FLOOR else \
-                f"inside the {SPREAD_FLOOR:.1%} two sessions of one configuration differ by at least, on this kind of machine"
-        else:  # (the rounds: confirm runs at least replace_rounds)
-            why = None
-        found.kept = why is None
-        found.note = why or "confirmed"
+        count = {2: "two", 4: "four", 6: "six"}.get(found.sessions, str(found.sessions))
         self.findings.append(
-            f"{label} measured {win.speedup:.3f}x in the race and {found.ratio:.3f}x against two fresh sessions of the "
-            f"original ({found.rounds} rounds each, {found.confidence:.0%} confident; session spread {found.spread:.1%}: "
-            f"the winner's two sessions {found.gap(found.winner_ms):.1%} apart, the original's "
-            f"{found.gap(found.original_ms):.1%}, the races' A/A gap up to {aa:.1%}); "
-            + ("confirmed" if why is None else f"{why}: keeping the original"))
+            f"{label} measured {win.speedup:.3f}x in the race and {found.ratio:.3f}x against {count} fresh sessions of "
+            f"the original and {count} of its own ({found.rounds} rounds each, {found.confidence:.0%} confident over "
+            f"the rounds; sessions of one configuration up to {found.spread:.1%} apart: the winner's "
+            f"{found.gap(found.winner_ms):.1%}, the original's {found.gap(found.original_ms):.1%}, the races' A/A gap "
+            f"{aa:.1%}); " + (found.note if found.kept else f"{found.note}: keeping the original"))
         return found.kept
 
     def _avoided(self, winner: Candidate) -> None:

@@ -15,22 +15,28 @@ rounds — ``replace_rounds`` paired rounds when the leader is not the baseline,
 over 5 rounds calls any 5-for-5 result certain — or when ``max_rounds`` or the stage's time run
 out. Comparisons pair rounds by index: two candidates compare on the rounds both ran.
 
-``confirm`` is the last race: the winner against the original, each in fresh sessions (see there).
+``confirm`` is the last race: the winner against the original, each in fresh sessions, two a
+side and two more while a t-test over the session medians is undecided (see there).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from graphtool.tune_space import Candidate, Confirmation, Timer
-from graphtool.tune_stats import confidence
+from graphtool.tune_stats import SessionTest, confidence, session_test
 
 CONFIDENT = 0.95  # a difference counts when the bootstrap puts it on one side this often
 MARGIN = 0.03  # and when it is this large: 1% at 95% confidence after 5 rounds decides nothing
 SETUP_RUNS = 3  # what opening a session and its warm-up runs cost, in runs
-CONFIRM_SESSIONS = 2  # fresh sessions of each configuration in the confirmation
+CONFIRM_SESSIONS = 2  # fresh sessions of each configuration a confirmation step opens
+CONFIRM_MAX_SESSIONS = 6  # of each configuration, after escalating (each BERT-base session: 0.44 GB, ~6 s)
+CONFIRM_LEVEL = 0.975  # each step's one-sided t-test: over up to three looks, about 95% in all
+FUTILITY = 0.5  # no more sessions when the gain is under this share of the bar the most sessions would set
+CONFIRM_RESERVED_STEPS = 2  # confirmation steps the last stage leaves time for (the others: one)
 
 
 @dataclass
@@ -168,37 +174,82 @@ def _leaving(active: list[Candidate], waiting: bool, samples: dict[Candidate, di
     return out
 
 
-def confirmation_seconds(rounds: int, cost: RunCost) -> float:
-    """What ``confirm`` costs the budget: four fresh sessions opened, warmed up and run ``rounds`` times."""
-    return 2 * CONFIRM_SESSIONS * (rounds + SETUP_RUNS) * (cost.value or 0.0)
+def confirmation_seconds(rounds: int, cost: RunCost, steps: int = 1) -> float:
+    """What ``steps`` steps of ``confirm`` cost the budget: four fresh sessions a step, each opened,
+    warmed up and run ``rounds`` times."""
+    return steps * 2 * CONFIRM_SESSIONS * (rounds + SETUP_RUNS) * (cost.value or 0.0)
 
 
 def confirm(timer: Timer, winner: Candidate, baseline: Candidate, capacity: int, limits: Limits,
-            time_left: Callable[[], float], cost: RunCost, aa_gap: float,
-            race_speedup: float) -> tuple[Confirmation, dict[Candidate, dict[int, float]]] | None:
-    """The winner and the original (``baseline``), each in two sessions none of the races opened,
-    interleaved round by round; None when the time left cannot fit ``replace_rounds`` rounds.
+            time_left: Callable[[], float], cost: RunCost, aa_gap: float, race_speedup: float,
+            floor: float) -> tuple[Confirmation, dict[Candidate, dict[int, float]]] | None:
+    """The winner and the original (``baseline``) in sessions none of the races opened, two of each
+    a step, interleaved round by round, until a t-test over the session medians decides; None when
+    the time left cannot fit the first step's ``replace_rounds`` rounds. ``floor`` is the least gap
+    believed between two sessions of one configuration (graphtool.tune.SPREAD_FLOOR).
 
-    Why fresh sessions, and two of each: a session of a given model and settings keeps an offset
-    of its own for its whole life (where its weights and arenas landed in memory, which core its
-    threads favour): 0.2–1.8% at one thread on BERT-base, more at two. Rounds inside one session
-    cannot see it, and the race's winner is, among many candidates, the one whose session also drew
-    a lucky offset (the winner's curse). Fresh sessions of the winner remove that selection; two of
-    each configuration measure the offset's size on both sides in the same rounds. The decision
-    (graphtool.tune) compares the pooled means against that spread. Sessions are opened
-    alternately (original, winner, original, winner) so neither side always gets the memory opened
-    first. When memory holds fewer than four sessions, the two (original, winner) pairs run one
+    Why fresh sessions: a session of a given model and settings keeps an offset of its own for its
+    whole life (where its weights and arenas landed in memory, which core its threads favour):
+    0.2–1.8% at one thread on BERT-base, more at two. Rounds inside one session cannot see it, and
+    the race's winner is, among many candidates, the one whose session also drew a lucky offset (the
+    winner's curse). Fresh sessions of the winner remove that selection.
+
+    Why a t-test over sessions, and more sessions when it is undecided: the session, not the round,
+    is the unit the offset varies by, so the verdict compares the mean log session median of each
+    side against the SD of sessions within one configuration (``session_test``: sessions compared
+    within their step, the races' A/A pair as one more pair, the SD floored at ``floor``/√2: the SD
+    at which two sessions sit ``floor`` apart, root mean square). The bar the difference must clear,
+    t·SD·√(2/n), shrinks with n sessions a side: at an SD of 0.6%, 1.9% at two (t on 3 df), 1.1% at
+    four (5 df), 0.8% at six (7 df). A true 1% gain (BERT-base's MultiHeadAttention set) is beyond what
+    two sessions a side can confirm, so while the gain is inside the bar but at least ``FUTILITY``
+    of the bar ``CONFIRM_MAX_SESSIONS`` would set, and the budget fits it, two more sessions a side
+    are opened. Each look tests at ``CONFIRM_LEVEL`` (97.5% one-sided) so that the three looks
+    together keep a false win near 5% (simulated: 3–4.5% at session SDs of 0.6–1.2%, against 6–8%
+    for the two-session range bar this replaced, which kept a true 1% gain at a 0.6% SD 44% of the
+    time; this rule, 65%): a wrong win hands the user a slower model, a wrong "keep" misses a gain,
+    so the rule errs toward the original. The pooled rounds' bootstrap must agree too (``CONFIDENT``).
+    Sessions are opened alternately (original, winner, original, winner) so neither side always
+    gets the memory opened first; a step's sessions are closed before the next step opens its own,
+    and when memory holds fewer than four sessions, a step's two (original, winner) pairs run one
     after the other, each pair interleaved."""
     need = max(limits.replace_rounds, limits.min_rounds)
     if not cost.value or time_left() < confirmation_seconds(need, cost):
         return None
-    twins = [replace(winner, replica=2 + i) for i in range(CONFIRM_SESSIONS)]
-    fresh = [replace(baseline, replica=2 + i) for i in range(CONFIRM_SESSIONS)]
+    samples: dict[Candidate, dict[int, float]] = {}
+    twins: list[list[Candidate]] = []  # per step, the winner's sessions
+    fresh: list[list[Candidate]] = []  # per step, the original's
+    done = 0
+    while True:
+        first = 2 + len(twins) * CONFIRM_SESSIONS  # replicas 0 and 1 are the races' sessions
+        twins.append([replace(winner, replica=first + i) for i in range(CONFIRM_SESSIONS)])
+        fresh.append([replace(baseline, replica=first + i) for i in range(CONFIRM_SESSIONS)])
+        last = len(twins) * CONFIRM_SESSIONS >= CONFIRM_MAX_SESSIONS
+        done = _step(timer, twins[-1], fresh[-1], capacity, limits, need, done, samples, time_left, cost, last)
+        test = session_test([[median(samples[c]) for c in step] for step in twins],
+                            [[median(samples[c]) for c in step] for step in fresh], aa_gap, floor / math.sqrt(2),
+                            CONFIRM_LEVEL)
+        all_twins, all_fresh = [c for s in twins for c in s], [c for s in fresh for c in s]
+        conf = confidence(*_pooled(samples, all_twins, all_fresh))
+        stopped, note = _next_step(test, conf, floor, time_left, confirmation_seconds(need, cost))
+        if stopped:
+            break
+    found = Confirmation(winner, race_speedup, min(len(samples[c]) for c in all_twins + all_fresh),
+                         [median(samples[c]) for c in all_twins], [median(samples[c]) for c in all_fresh], aa_gap,
+                         test.ratio, conf, stopped == "decided" and test.passed, note, test, stopped)
+    return found, samples
+
+
+def _step(timer: Timer, twins: list[Candidate], fresh: list[Candidate], capacity: int, limits: Limits, need: int,
+          done: int, samples: dict[Candidate, dict[int, float]], time_left: Callable[[], float], cost: RunCost,
+          last: bool) -> int:
+    """One step of ``confirm``: ``twins`` and ``fresh`` opened, run, closed; returns the rounds done so far.
+    Only the ``last`` step a confirmation may open runs one more batch when the rounds' bootstrap is
+    undecided: before it, the time buys more sessions, which add rounds and narrow the bar too."""
     order = [c for pair in zip(fresh, twins) for c in pair]
     together = capacity >= len(order)
     groups = [order] if together else [list(pair) for pair in zip(fresh, twins)]
-    samples: dict[Candidate, dict[int, float]] = {c: {} for c in order}
-    done = 0
+    samples.update({c: {} for c in order})
+    start = done
     while True:
         for group in groups:
             batch = timer.time(group, need)
@@ -208,21 +259,54 @@ def confirm(timer: Timer, winner: Candidate, baseline: Candidate, capacity: int,
         undecided = 1 - CONFIDENT < confidence(*_pooled(samples, twins, fresh)) < CONFIDENT
         # at most one more batch, only for the bootstrap: rounds shrink the noise inside a session,
         # not the spread between sessions; separate pairs would open new sessions, not extend these
-        if not (together and undecided and done + need <= min(limits.max_rounds, 2 * need)
-                and time_left() >= len(order) * need * cost.value):
+        if not (last and together and undecided and done - start + need <= min(limits.max_rounds, 2 * need)
+                and time_left() >= len(order) * need * (cost.value or 0.0)):
             break
     timer.release(order)
-    winner_ms = [median(samples[c]) for c in twins]
-    original_ms = [median(samples[c]) for c in fresh]
-    found = Confirmation(winner, race_speedup, min(len(s) for s in samples.values()), winner_ms, original_ms, aa_gap,
-                         statistics.fmean(original_ms) / statistics.fmean(winner_ms),
-                         confidence(*_pooled(samples, twins, fresh)))
-    return found, samples
+    runs = [x for c in order for x in samples[c].values()]
+    cost.value = max(statistics.fmean(runs), timer.wall_per_run) if runs else cost.value  # what the next step costs
+    return done
+
+
+def _next_step(test: SessionTest, conf: float, floor: float, time_left: Callable[[], float],
+               step_seconds: float) -> tuple[str, str]:
+    """("", "") when ``confirm`` opens two more sessions a side; else why it stops and the verdict's note."""
+    n = test.sessions
+    more = max(0, CONFIRM_MAX_SESSIONS - n) // CONFIRM_SESSIONS  # steps the cap still allows
+    cap_bar = test.bar_at(n + more * CONFIRM_SESSIONS, test.df + more * 2 * (CONFIRM_SESSIONS - 1))
+    sd = f"session SD {test.sd_used:.2%}" + (
+        f", floored: sessions of one configuration differ by at least {floor:.1%} on this kind of machine"
+        if test.sd < test.floor else "")
+    detail = f"t {test.t:.2f}, {test.t_needed:.2f} needed: one-sided {test.level:.1%} on {test.df} df; {sd}"
+    figures = f"{test.ratio:.3f}x vs a bar of {test.bar:.1%} ({detail})"
+    sides = f"{n} sessions a side"
+    if test.passed and conf >= CONFIDENT:
+        return "decided", f"confirmed after {sides}: {figures}"
+    why = "inside the bar" if not test.passed else f"at {conf:.0%} confidence over the rounds"
+    if not more:
+        return "most sessions", f"{why} after {sides}, the most the confirmation opens: {figures}"
+    if test.ratio - 1 < FUTILITY * cap_bar:
+        return "inside noise", (f"inside noise after {sides}: {figures}; under half the {cap_bar:.1%} that "
+                                f"{n + more * CONFIRM_SESSIONS} sessions a side would need, so no more sessions")
+    left = time_left()
+    if left < step_seconds:
+        return "budget", (f"{why} after {sides}: {figures}; {2 * CONFIRM_SESSIONS} more fresh sessions "
+                          f"(~{step_seconds:.0f} s) do not fit in the {max(0.0, left):.0f} s left of the budget")
+    return "", ""
 
 
 def _pooled(samples: dict[Candidate, dict[int, float]], twins: list[Candidate],
             fresh: list[Candidate]) -> tuple[list[float], list[float]]:
-    """Per round, the mean over the winner's sessions and over the original's (rounds all four ran)."""
-    common = sorted(set.intersection(*(set(samples[c]) for c in twins + fresh)))
-    return ([statistics.fmean(samples[c][i] for c in twins) for i in common],
-            [statistics.fmean(samples[c][i] for c in fresh) for i in common])
+    """Per round both sides ran, the mean over the winner's sessions that ran it and over the original's."""
+    mine, theirs = round_means(samples, twins), round_means(samples, fresh)
+    common = sorted(mine.keys() & theirs.keys())
+    return [mine[i] for i in common], [theirs[i] for i in common]
+
+
+def round_means(samples: dict[Candidate, dict[int, float]], sessions: list[Candidate]) -> dict[int, float]:
+    """Round index → the mean over the ``sessions`` that ran that round."""
+    by_round: dict[int, list[float]] = {}
+    for cand in sessions:
+        for i, x in samples[cand].items():
+            by_round.setdefault(i, []).append(x)
+    return {i: statistics.fmean(xs) for i, xs in by_round.items()}

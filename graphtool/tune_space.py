@@ -8,8 +8,11 @@ the command and the benchmark read these types without importing the search's de
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
+
+from graphtool.tune_stats import SessionTest
 
 # Fusion families of graphtool's rewrite set (pass names); "level 2 with the family off" skips them.
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -103,7 +106,7 @@ class Candidate:
     rewrite: RewriteSet
     ort: OrtSettings
     # which session of this model and settings: 0 the search's, 1 the A/A control (a 2nd session),
-    # 2 and 3 the fresh sessions of the confirmation (graphtool.tune_race.confirm)
+    # 2 and up the fresh sessions of the confirmation, opened two at a time (graphtool.tune_race.confirm)
     replica: int = 0
 
     def label(self) -> str:
@@ -192,24 +195,28 @@ class Kernel:
 
 @dataclass
 class Confirmation:
-    """The race's winner against the original under onnxruntime's defaults, each in two fresh
-    sessions raced together (graphtool.tune_race.confirm), and whether the winner was kept.
+    """The race's winner against the original under onnxruntime's defaults, each in fresh sessions
+    raced together (graphtool.tune_race.confirm), and whether the winner was kept.
 
-    ``spread`` is what the win must exceed: the larger gap between the two sessions of one
-    configuration (winner's, original's) and the search's A/A gaps. Sessions of one model and
-    settings keep a per-session offset (memory and thread placement) that rounds inside one session
-    never show, and the race's winner is the candidate whose session drew the luckiest offset too."""
+    Sessions of one model and settings keep a per-session offset (memory and thread placement)
+    that rounds inside one session never show, and the race's winner is the candidate whose session
+    drew the luckiest offset too. So the verdict is a t-test over session medians (``test``): two
+    sessions a side first, two more a side while the result is inside the bar but not clearly
+    inside noise, up to graphtool.tune_race.CONFIRM_MAX_SESSIONS. ``spread`` (the larger gap
+    between sessions of one configuration, and the search's A/A gaps) is reported, not decided on."""
 
     winner: Candidate
     race_speedup: float  # what the race measured (the winner's own session against the baseline's)
-    rounds: int = 0  # paired rounds each fresh session ran
-    winner_ms: list[float] = field(default_factory=list)  # each fresh session's median
+    rounds: int = 0  # paired rounds each fresh session ran (the fewest, over all of them)
+    winner_ms: list[float] = field(default_factory=list)  # each fresh session's median, in the order opened
     original_ms: list[float] = field(default_factory=list)
     aa_gap: float = 0.0  # the largest A/A gap of the search's races
-    ratio: float = 0.0  # mean of the original's session medians / mean of the winner's
+    ratio: float = 0.0  # original / winner: geometric means of the session medians
     confidence: float = 0.5  # that the winner is faster, paired bootstrap over the pooled rounds
     kept: bool = False
     note: str = ""  # why the winner was kept or not, or why no confirmation ran
+    test: SessionTest | None = None  # the t-test over the session medians, at the last step
+    stopped: str = ""  # why no more sessions: "decided", "inside noise", "most sessions", "budget"
 
     @staticmethod
     def gap(medians: list[float]) -> float:
@@ -220,13 +227,26 @@ class Confirmation:
     def spread(self) -> float:
         return max(self.gap(self.winner_ms), self.gap(self.original_ms), self.aa_gap)
 
+    @property
+    def sessions(self) -> int:
+        """Fresh sessions per configuration."""
+        return min(len(self.winner_ms), len(self.original_ms))
+
     def as_dict(self) -> dict[str, Any]:
+        test = self.test
         return {"winner": self.winner.label(), "race_speedup": round(self.race_speedup, 4), "rounds": self.rounds,
                 "winner_session_ms": [round(x * 1000, 4) for x in self.winner_ms],
                 "original_session_ms": [round(x * 1000, 4) for x in self.original_ms],
                 "winner_gap": round(self.gap(self.winner_ms), 4), "original_gap": round(self.gap(self.original_ms), 4),
                 "aa_gap": round(self.aa_gap, 4), "session_spread": round(self.spread, 4), "ratio": round(self.ratio, 4),
-                "confidence": round(self.confidence, 3), "kept": self.kept, "note": self.note}
+                "confidence": round(self.confidence, 3), "kept": self.kept, "note": self.note,
+                "sessions_per_side": self.sessions, "stopped": self.stopped,
+                "bar": None if test is None else round(test.bar, 4),
+                "session_sd": None if test is None else round(test.sd, 4),
+                "session_sd_floor": None if test is None else round(test.floor, 4),
+                "t": None if test is None or not math.isfinite(test.t) else round(test.t, 3),
+                "t_needed": None if test is None else round(test.t_needed, 3),
+                "df": None if test is None else test.df, "level": None if test is None else test.level}
 
 
 @dataclass
