@@ -78,7 +78,18 @@ class Hashes:
         return dict(self.canon_key[node_id])
 
     def _forward(self) -> None:
-        value_hash, hash_of, canon_key = self.value_hash, self.hash_of, self.canon_key
+        value_hash, canon_key, source = self.value_hash, self.canon_key, self.source
+
+        def hash_of(value: str) -> int:
+            """``self.hash_of``, keeping a source's hash (an initializer's is three lookups, and
+            a weight or shape is read by many ops) beside the produced values' ones."""
+            if not value:
+                return 0
+            h = value_hash.get(value)
+            if h is None:
+                h = value_hash[value] = source(value)
+            return h
+
         for node in self.order:
             attrs = node.attrs
             if not attrs:  # most ops: the shared empty tuple, not new ones per op (issue 19)
