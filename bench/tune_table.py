@@ -181,11 +181,10 @@ def session_label(cell: str, index: int) -> str:
 
 def pooled(samples: dict[str, list[float]], groups: dict[str, list[str]]) -> dict[str, list[float]]:
     """Per cell, the per-round mean over its sessions (a cell of one session: its samples)."""
-    out = {}
-    for cell, labels in groups.items():
-        count = min(len(samples[label]) for label in labels)
-        out[cell] = [statistics.fmean(samples[label][i] for label in labels) for i in range(count)]
-    return out
+    from graphtool.tune_race import round_means
+
+    by_round = {label: dict(enumerate(runs)) for label, runs in samples.items()}
+    return {cell: list(round_means(by_round, labels).values()) for cell, labels in groups.items()}
 
 
 def cell_medians(samples: dict[str, list[float]], groups: dict[str, list[str]]) -> dict[str, float]:
@@ -196,8 +195,9 @@ def cell_medians(samples: dict[str, list[float]], groups: dict[str, list[str]]) 
 
 def session_spread(session_ms: dict[str, float], same: list[list[str]]) -> float:
     """The largest max/min - 1 of the session medians within one configuration."""
-    gaps = [max(session_ms[s] for s in group) / min(session_ms[s] for s in group) - 1 for group in same if len(group) > 1]
-    return max(gaps, default=0.0)
+    from graphtool.tune_stats import session_gap
+
+    return max((session_gap([session_ms[s] for s in group]) for group in same), default=0.0)
 
 
 def measure(cells: dict[str, object], groups: dict[str, list[str]], feeds: dict[str, np.ndarray], threads: int,
@@ -238,8 +238,8 @@ def measure(cells: dict[str, object], groups: dict[str, list[str]], feeds: dict[
         rounds += 1
         if rounds >= min_rounds:
             cell = pooled(metric, groups)
-            others = sorted((k for k in cell if k != "tuned"), key=lambda k: statistics.median(cell[k]))
-            conf = confidence(cell["tuned"], cell[against or others[0]])
+            other = against or min((k for k in cell if k != "tuned"), key=lambda k: statistics.median(cell[k]))
+            conf = confidence(cell["tuned"], cell[other])
             if conf >= 0.95 or conf <= 0.05 or time.perf_counter() > end:
                 break
     return {"wall": wall, "cpu": cpu, "diffs": diffs, "rounds": rounds}
@@ -329,6 +329,13 @@ def recheck(open_cell: Callable[[str], object], best: str, feeds: dict[str, np.n
     return got | {"groups": groups}
 
 
+def figures(got: dict) -> dict:
+    """``measure``'s per-session wall and CPU medians (ms) and max abs diffs, as the results file keeps them."""
+    return {"wall_ms": {k: round(statistics.median(v) * 1000, 2) for k, v in got["wall"].items()},
+            "cpu_ms": {k: round(statistics.median(v) * 1000, 2) for k, v in got["cpu"].items()},
+            "max_abs_diff": {k: float(f"{v:.2e}") for k, v in got["diffs"].items()}}
+
+
 def run_row(model: str, batch: int, threads: int, root: Path, budget: float, min_rounds: int, max_rounds: int,
             seconds: float, peer_python: str, orig_sessions: int = 3, do_recheck: bool = True) -> dict:
     from graphtool.runtime import session_for, tuned_session
@@ -372,9 +379,7 @@ def run_row(model: str, batch: int, threads: int, root: Path, budget: float, min
            "session_ms": {k: round(v, 3) for k, v in main["session_ms"].items()},
            "sessions": {k: v for k, v in groups.items() if len(v) > 1},
            "same_configuration": [list(g) for g in same], "session_spread": round(main["spread"], 4),
-           "wall_ms": {k: round(statistics.median(v) * 1000, 2) for k, v in got["wall"].items()},
-           "cpu_ms": {k: round(statistics.median(v) * 1000, 2) for k, v in got["cpu"].items()},
-           "max_abs_diff": {k: float(f"{v:.2e}") for k, v in got["diffs"].items()},
+           **figures(got),
            "fastest_other": best, "tuned_vs_fastest_other": round(main["vs"][best]["ratio"], 4),
            "confidence_tuned_beats_fastest_other": round(main["vs"][best]["confidence"], 3),
            "speedup_vs_orig_all": round(main["vs"]["orig all"]["ratio"], 4),
@@ -385,13 +390,15 @@ def run_row(model: str, batch: int, threads: int, root: Path, budget: float, min
     if do_recheck:
         again = recheck(open_cell, best, feeds, threads, min_rounds, max_rounds, seconds)
         summary = recheck_summary(again[metric_name], again["groups"], kept_original, best, again["rounds"])
-        summary["wall_ms"] = {k: round(statistics.median(v) * 1000, 2) for k, v in again["wall"].items()}
-        summary["cpu_ms"] = {k: round(statistics.median(v) * 1000, 2) for k, v in again["cpu"].items()}
-        summary["max_abs_diff"] = {k: float(f"{v:.2e}") for k, v in again["diffs"].items()}
+        summary |= figures(again)
         row["recheck"] = summary
         row["verdict"] = summary["verdict"]
         row["not_slower_than_orig_all"] = summary["not_slower_than_orig_all"]
     return row
+
+
+def ms_text(value: float) -> str:
+    return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
 
 
 def markdown(row: dict) -> str:
@@ -400,7 +407,7 @@ def markdown(row: dict) -> str:
     def cell(key: str) -> str:
         if key not in m:
             return "n/a"
-        text = f"{m[key]:.1f}" if m[key] >= 10 else f"{m[key]:.2f}"
+        text = ms_text(m[key])
         return f"**{text}**" if key == row["fastest_other"] or (key == "tuned" and row["verdict"] == "fastest") else text
 
     s = row["tune"]
@@ -429,11 +436,8 @@ def recheck_text(summary: dict | None) -> tuple[str, str]:
     if not summary:
         return "—", "—"
     m = summary["median_ms"]
-
-    def ms(key: str) -> str:
-        return f"{m[key]:.1f}" if m[key] >= 10 else f"{m[key]:.2f}"
-
-    parts = [f"{summary['tuned_vs'][k]:.4f}× vs {k} ({summary['confidence'][k]:.0%}; {ms('tuned')}/{ms(k)})"
+    tuned = ms_text(m["tuned"])
+    parts = [f"{summary['tuned_vs'][k]:.4f}× vs {k} ({summary['confidence'][k]:.0%}; {tuned}/{ms_text(m[k])})"
              for k in summary["cells"]]
     return "; ".join(parts) + f", {summary['rounds']} rounds", f"{summary['session_spread']:.1%}"
 

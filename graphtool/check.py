@@ -319,7 +319,7 @@ def _tensor_fields(model: Model) -> list[Finding]:
         for tensor in graph.initializers.values():
             visit(tensor.proto, scope)  # metadata only: an external tensor's bytes are not read
         for node in graph.nodes():
-            for value in node._data.peek_attrs().values():
+            for value in node.peek_attrs().values():
                 if isinstance(value, onnx.AttributeProto):
                     for proto in _attr_tensors(value):
                         visit(proto, scope, node)

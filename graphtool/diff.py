@@ -30,7 +30,6 @@ graphtool.diff_summary (the changes grouped and named), graphtool.diff_text (the
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -40,10 +39,9 @@ from graphtool.diff_match import Matcher
 from graphtool.diff_values import (
     array_key, change_text, describe, detail_text, format_value, tensor_key, type_string, value_change,
 )
-from graphtool.ir.from_onnx import gc_paused
+from graphtool.ir.from_onnx import gc_paused_if_big
 from graphtool.ir.graph import Graph, Node
 from graphtool.ir.model import Model
-from graphtool.pass_manager import FREEZE_NODES
 
 ADDED, REMOVED, CHANGED = "added", "removed", "changed"
 __all__ = [  # the value helpers are re-exported: graphtool.diff is where callers look for them
@@ -264,8 +262,7 @@ def diff(a: Model, b: Model) -> DiffResult:
     live through the diff and so do the matcher's tables, and each collection would walk millions
     of them to find nothing (13% of a million-node diff with nothing paused; 3% more with the
     models frozen but the tables walked; issue 19)."""
-    big = a.node_count() + b.node_count() >= FREEZE_NODES
-    with gc_paused() if big else contextlib.nullcontext():
+    with gc_paused_if_big(a.node_count() + b.node_count()):
         return _diff(a, b)
 
 

@@ -25,7 +25,7 @@ def node_changes(m: Matcher, a: Node, b: Node) -> list[dict[str, Any]]:
     if (a.op_type, a.domain) != (b.op_type, b.domain):
         details.append({"what": "op_type", "old": qualified(a), "new": qualified(b)})
     ka, kb = m.ha.canon_key[a.id], m.hb.canon_key[b.id]
-    ca, cb = (dict(ka), dict(kb)) if ka != kb else ({}, {})
+    ca, cb = (m.ha.canon(a.id), m.hb.canon(b.id)) if ka != kb else ({}, {})
     for key in sorted(set(ca) | set(cb)):
         if ca.get(key) == cb.get(key):
             continue

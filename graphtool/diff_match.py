@@ -68,28 +68,21 @@ class Hashes:
         return hash(("unbound", value))
 
     def hash_of(self, value: str) -> int:
+        """A value's hash; a source's (initializer, input: three lookups) is kept beside the
+        produced values' after its first reader, since a weight or shape is read by many ops."""
         if not value:
             return 0
         h = self.value_hash.get(value)
-        return self.source(value) if h is None else h
+        if h is None:
+            h = self.value_hash[value] = self.source(value)
+        return h
 
     def canon(self, node_id: int) -> dict[str, Any]:
         """The canonical form of each attribute of op ``node_id`` (subgraphs left out)."""
         return dict(self.canon_key[node_id])
 
     def _forward(self) -> None:
-        value_hash, canon_key, source = self.value_hash, self.canon_key, self.source
-
-        def hash_of(value: str) -> int:
-            """``self.hash_of``, keeping a source's hash (an initializer's is three lookups, and
-            a weight or shape is read by many ops) beside the produced values' ones."""
-            if not value:
-                return 0
-            h = value_hash.get(value)
-            if h is None:
-                h = value_hash[value] = source(value)
-            return h
-
+        value_hash, canon_key, hash_of = self.value_hash, self.canon_key, self.hash_of
         for node in self.order:
             attrs = node.attrs
             if not attrs:  # most ops: the shared empty tuple, not new ones per op (issue 19)

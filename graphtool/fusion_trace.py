@@ -14,7 +14,6 @@ names kept across the rewrite; a pair of unrelated or wholly renamed models trac
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
 from collections import Counter
@@ -23,10 +22,9 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from graphtool.ir.from_onnx import gc_paused
+from graphtool.ir.from_onnx import gc_paused_if_big
 from graphtool.ir.graph import Graph, Node, constant_node_value
 from graphtool.ir.model import Model
-from graphtool.pass_manager import FREEZE_NODES
 
 # ops whose result differs from run to run: their outputs are never treated as constants
 NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
@@ -239,15 +237,11 @@ def _clusters(og: Graph, rg: Graph) -> tuple[dict[int, list[Node]], dict[int, li
 def index_original(original: Model) -> "_Original":
     """The original's indexes (order, constants, value numbers), for callers that trace several
     rewritten models against one original (compare: ORT's graph and graphtool's)."""
-    with _collector_paused(original.graph):
+    # on a big graph the index and the trace are hundreds of thousands of small objects that live
+    # on (one Fusion per op): collections would walk them and the graphs to find nothing (40% of a
+    # trace on a 200k-node model; issue 20)
+    with gc_paused_if_big(len(original.graph)):
         return _Original(original.graph)
-
-
-def _collector_paused(graph: Graph) -> contextlib.AbstractContextManager:
-    """On a big graph the index and the trace are hundreds of thousands of small objects that live
-    on (one Fusion per op): the collector would walk them and the graphs again and again to find
-    nothing (40% of a trace on a 200k-node model; issue 20)."""
-    return gc_paused() if len(graph) >= FREEZE_NODES else contextlib.nullcontext()
 
 
 def trace_fusions(original: Model, rewritten: Model, max_region: int = 256, index: "_Original | None" = None) -> Trace:
@@ -270,7 +264,7 @@ def trace_fusions(original: Model, rewritten: Model, max_region: int = 256, inde
     """
     if index is not None and index.graph is not original.graph:
         raise ValueError("trace_fusions: the index was built for another model")
-    with _collector_paused(original.graph):
+    with gc_paused_if_big(len(original.graph)):  # see index_original
         return trace_graphs(original.graph, rewritten.graph, max_region, index)
 
 
@@ -351,12 +345,11 @@ def _unchanged(orig: _Original, node: Node) -> Fusion | None:
             or before.outputs != outputs or node.subgraphs()):
         return None
     now, then = node.inputs, before.inputs
-    if now != then:  # the same names hold the same values; a renamed input must hold an equal one
-        if len(now) != len(then):
+    if len(now) != len(then):
+        return None
+    for a, b in zip(now, then):
+        if a != b and (not a or not b or not og.has_value(a) or orig.num(a) != orig.num(b)):
             return None
-        for a, b in zip(now, then):
-            if a != b and (not a or not b or not og.has_value(a) or orig.num(a) != orig.num(b)):
-                return None
     new_ops = [("" if domain == "ai.onnx" else domain, op_type)]
     return Fusion(new_ops, [node.name], [before.id], [op_type], [], "unchanged", Counter(), [node.id])
 

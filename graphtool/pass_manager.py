@@ -16,17 +16,12 @@ from importlib import metadata
 from typing import Any, Callable, ClassVar, Iterable
 
 from graphtool.errors import UsageError
-from graphtool.ir.from_onnx import gc_frozen
+from graphtool.ir.from_onnx import FREEZE_NODES, gc_frozen
 from graphtool.ir.graph import Graph, Node
 from graphtool.ir.model import Model
 from graphtool.shapes import ShapeOracle
 
 ENTRY_POINT_GROUP = "graphtool.passes"
-# From this many nodes a run keeps the collector off the model's objects (``gc_frozen``): on a
-# 200k-node graph, full collections walking the model cost 40% of the passes' time. Not below:
-# a collection during a freeze forgets how big the heap is, so the first one after costs a walk
-# of all of it — nothing on one big model, a lot for thousands of small ones in one process.
-FREEZE_NODES = 20_000
 
 
 @dataclass

@@ -68,6 +68,7 @@ from graphtool.tune_space import (  # noqa: F401 - the search's vocabulary, re-e
     ORT_FUSIONS,
     VARIANTS,
     Candidate,
+    Confirmation,
     Kernel,
     OrtSettings,
     RewriteSet,
@@ -76,7 +77,7 @@ from graphtool.tune_space import (  # noqa: F401 - the search's vocabulary, re-e
     TuneResult,
     Verifier,
 )
-from graphtool.tune_race import (  # noqa: F401 - SETUP_RUNS re-exported
+from graphtool.tune_race import (
     CONFIDENT,
     CONFIRM_RESERVED_STEPS,
     MARGIN,
@@ -89,8 +90,7 @@ from graphtool.tune_race import (  # noqa: F401 - SETUP_RUNS re-exported
     round_means,
     run_race,
 )
-from graphtool.tune_space import Confirmation
-from graphtool.tune_stats import confidence, spread  # noqa: F401 - re-exported
+from graphtool.tune_stats import confidence, session_gap, spread  # noqa: F401 - re-exported
 
 # The least gap between two sessions of one configuration a confirmation believes (its t-test
 # floors the session SD at SPREAD_FLOOR / sqrt(2)). A few sessions estimate it poorly: resnet50
@@ -134,9 +134,6 @@ class _Search:
         self.slower: set[str] = set()
         self.confirmation: Confirmation | None = None
 
-    def confirm_rounds(self) -> int:
-        return max(self.limits.replace_rounds, self.limits.min_rounds)
-
     def stage_end(self, stage: str) -> float:
         """When ``stage`` must stop (fixed the first time it is asked, at the stage's start); the
         stages after the first race leave the confirmation's first step (at the cost of the runs so
@@ -144,7 +141,7 @@ class _Search:
         when stage 3 has nothing new to measure its share goes to the confirmation anyway."""
         if stage not in self.ends:
             steps = CONFIRM_RESERVED_STEPS if stage == "threads" else 1
-            end = self.start + self.budget - confirmation_seconds(self.confirm_rounds(), self.run_cost, steps)
+            end = self.start + self.budget - confirmation_seconds(self.limits.confirm_rounds, self.run_cost, steps)
             now = self.clock()
             self.ends[stage] = now + self.budget * STAGE_SHARES[stage] if stage == "kernels" else \
                 now + (end - now) * STAGE_SHARES[stage]
@@ -347,8 +344,7 @@ class _Search:
         # the last race decides: its rows are each a ratio to the baseline over the rounds they shared
         pick = sorted(final, key=lambda r: -r.speedup)
         if not pick:
-            return TuneResult(self.baseline, self.baseline, 1.0, 0.5, None, self.rows, self.kernels,
-                              self.findings, self.skipped, self.failed, self.clock() - self.start)
+            return self._original()
         win = pick[0]
         gap = self.aa_gap.get(final_stage or "", 0.0)
         if gap:
@@ -377,8 +373,7 @@ class _Search:
             win, pick = bar, [bar] + [r for r in pick if r is not bar]
         if win.candidate != self.baseline and not self.confirmed(win):
             if not base:
-                return TuneResult(self.baseline, self.baseline, 1.0, 0.5, None, self.rows, self.kernels, self.findings,
-                                  self.skipped, self.failed, self.clock() - self.start, self.confirmation)
+                return self._original()
             win, pick = base[0], [base[0]] + [r for r in pick if r is not base[0]]
         if self.max_alive:
             self.findings.append(f"at most {self.max_alive} onnxruntime sessions were open at once (candidates "
@@ -392,11 +387,16 @@ class _Search:
         return TuneResult(win.candidate, self.baseline, speedup, conf, runner_conf, self.rows, self.kernels,
                           self.findings, self.skipped, self.failed, self.clock() - self.start, done)
 
+    def _original(self) -> TuneResult:
+        """The original kept without a race row of its own to report (speed-up 1, confidence 0.5)."""
+        return TuneResult(self.baseline, self.baseline, 1.0, 0.5, None, self.rows, self.kernels, self.findings,
+                          self.skipped, self.failed, self.clock() - self.start, self.confirmation)
+
     def confirmed(self, win: Row) -> bool:
         """Race ``win`` against the original in fresh sessions (stage 4, graphtool.tune_race.confirm);
         whether it may replace the original. Its figures and the reason go to the findings and
         ``self.confirmation``, its sessions to the rows."""
-        label, need = win.candidate.label(), self.confirm_rounds()
+        label, need = win.candidate.label(), self.limits.confirm_rounds
         aa = max(self.aa_gap.values(), default=0.0)
         capacity = min(MAX_SESSIONS, self.timer.capacity())
         end = self.start + self.budget
@@ -425,8 +425,8 @@ class _Search:
             f"{label} measured {win.speedup:.3f}x in the race and {found.ratio:.3f}x against {count} fresh sessions of "
             f"the original and {count} of its own ({found.rounds} rounds each, {found.confidence:.0%} confident over "
             f"the rounds; sessions of one configuration up to {found.spread:.1%} apart: the winner's "
-            f"{found.gap(found.winner_ms):.1%}, the original's {found.gap(found.original_ms):.1%}, the races' A/A gap "
-            f"{aa:.1%}); " + (found.note if found.kept else f"{found.note}: keeping the original"))
+            f"{session_gap(found.winner_ms):.1%}, the original's {session_gap(found.original_ms):.1%}, the races' A/A "
+            f"gap {aa:.1%}); " + (found.note if found.kept else f"{found.note}: keeping the original"))
         return found.kept
 
     def _avoided(self, winner: Candidate) -> None:

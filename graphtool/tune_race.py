@@ -49,6 +49,11 @@ class Limits:
     replace_rounds: int = 10
     cheap_rounds: int = 30
 
+    @property
+    def confirm_rounds(self) -> int:
+        """The rounds each fresh session of a confirmation step runs."""
+        return max(self.replace_rounds, self.min_rounds)
+
 
 @dataclass
 class RunCost:
@@ -212,7 +217,7 @@ def confirm(timer: Timer, winner: Candidate, baseline: Candidate, capacity: int,
     gets the memory opened first; a step's sessions are closed before the next step opens its own,
     and when memory holds fewer than four sessions, a step's two (original, winner) pairs run one
     after the other, each pair interleaved."""
-    need = max(limits.replace_rounds, limits.min_rounds)
+    need = limits.confirm_rounds
     if not cost.value or time_left() < confirmation_seconds(need, cost):
         return None
     samples: dict[Candidate, dict[int, float]] = {}
@@ -224,7 +229,7 @@ def confirm(timer: Timer, winner: Candidate, baseline: Candidate, capacity: int,
         twins.append([replace(winner, replica=first + i) for i in range(CONFIRM_SESSIONS)])
         fresh.append([replace(baseline, replica=first + i) for i in range(CONFIRM_SESSIONS)])
         last = len(twins) * CONFIRM_SESSIONS >= CONFIRM_MAX_SESSIONS
-        done = _step(timer, twins[-1], fresh[-1], capacity, limits, need, done, samples, time_left, cost, last)
+        done = _step(timer, twins[-1], fresh[-1], capacity, limits, done, samples, time_left, cost, last)
         test = session_test([[median(samples[c]) for c in step] for step in twins],
                             [[median(samples[c]) for c in step] for step in fresh], aa_gap, floor / math.sqrt(2),
                             CONFIRM_LEVEL)
@@ -239,12 +244,12 @@ def confirm(timer: Timer, winner: Candidate, baseline: Candidate, capacity: int,
     return found, samples
 
 
-def _step(timer: Timer, twins: list[Candidate], fresh: list[Candidate], capacity: int, limits: Limits, need: int,
-          done: int, samples: dict[Candidate, dict[int, float]], time_left: Callable[[], float], cost: RunCost,
-          last: bool) -> int:
+def _step(timer: Timer, twins: list[Candidate], fresh: list[Candidate], capacity: int, limits: Limits, done: int,
+          samples: dict[Candidate, dict[int, float]], time_left: Callable[[], float], cost: RunCost, last: bool) -> int:
     """One step of ``confirm``: ``twins`` and ``fresh`` opened, run, closed; returns the rounds done so far.
     Only the ``last`` step a confirmation may open runs one more batch when the rounds' bootstrap is
     undecided: before it, the time buys more sessions, which add rounds and narrow the bar too."""
+    need = limits.confirm_rounds
     order = [c for pair in zip(fresh, twins) for c in pair]
     together = capacity >= len(order)
     groups = [order] if together else [list(pair) for pair in zip(fresh, twins)]
@@ -298,9 +303,7 @@ def _next_step(test: SessionTest, conf: float, floor: float, time_left: Callable
 def _pooled(samples: dict[Candidate, dict[int, float]], twins: list[Candidate],
             fresh: list[Candidate]) -> tuple[list[float], list[float]]:
     """Per round both sides ran, the mean over the winner's sessions that ran it and over the original's."""
-    mine, theirs = round_means(samples, twins), round_means(samples, fresh)
-    common = sorted(mine.keys() & theirs.keys())
-    return [mine[i] for i in common], [theirs[i] for i in common]
+    return paired(round_means(samples, twins), round_means(samples, fresh))
 
 
 def round_means(samples: dict[Candidate, dict[int, float]], sessions: list[Candidate]) -> dict[int, float]:

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from graphtool.tune_stats import SessionTest
+from graphtool.tune_stats import SessionTest, session_gap
 
 # Fusion families of graphtool's rewrite set (pass names); "level 2 with the family off" skips them.
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -218,14 +218,9 @@ class Confirmation:
     test: SessionTest | None = None  # the t-test over the session medians, at the last step
     stopped: str = ""  # why no more sessions: "decided", "inside noise", "most sessions", "budget"
 
-    @staticmethod
-    def gap(medians: list[float]) -> float:
-        """max / min - 1 of one configuration's session medians."""
-        return max(medians) / min(medians) - 1 if len(medians) > 1 and min(medians) > 0 else 0.0
-
     @property
     def spread(self) -> float:
-        return max(self.gap(self.winner_ms), self.gap(self.original_ms), self.aa_gap)
+        return max(session_gap(self.winner_ms), session_gap(self.original_ms), self.aa_gap)
 
     @property
     def sessions(self) -> int:
@@ -237,7 +232,8 @@ class Confirmation:
         return {"winner": self.winner.label(), "race_speedup": round(self.race_speedup, 4), "rounds": self.rounds,
                 "winner_session_ms": [round(x * 1000, 4) for x in self.winner_ms],
                 "original_session_ms": [round(x * 1000, 4) for x in self.original_ms],
-                "winner_gap": round(self.gap(self.winner_ms), 4), "original_gap": round(self.gap(self.original_ms), 4),
+                "winner_gap": round(session_gap(self.winner_ms), 4),
+                "original_gap": round(session_gap(self.original_ms), 4),
                 "aa_gap": round(self.aa_gap, 4), "session_spread": round(self.spread, 4), "ratio": round(self.ratio, 4),
                 "confidence": round(self.confidence, 3), "kept": self.kept, "note": self.note,
                 "sessions_per_side": self.sessions, "stopped": self.stopped,

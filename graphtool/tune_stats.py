@@ -46,6 +46,10 @@ def spread(samples: Sequence[float]) -> float:
     return (q[2] - q[0]) / 2 / statistics.median(samples)
 
 
+def session_gap(medians: Sequence[float]) -> float:
+    """max / min - 1 of one configuration's session medians (0 for fewer than two)."""
+    return max(medians) / min(medians) - 1 if len(medians) > 1 and min(medians) > 0 else 0.0
+
 
 def t_quantile(p: float, df: int) -> float:
     """Student's t quantile for ``p`` in (0.5, 1) and an integer ``df`` (no scipy in the runtime).

@@ -321,7 +321,7 @@ def node_proto(node: Node) -> NodeProto:
     proto = NodeProto(op_type=node.op_type, domain=node.domain, name=node.name)
     proto.input.extend(node.inputs)
     proto.output.extend(node.outputs)
-    proto.attribute.extend(a for a in node._data.peek_attrs().values() if isinstance(a, AttributeProto))
+    proto.attribute.extend(a for a in node.peek_attrs().values() if isinstance(a, AttributeProto))
     return proto
 
 

@@ -127,24 +127,17 @@ def compare_level(original_model: Model, optimized_model: Model, level: int, tar
 
 
 class OurSide:
-    """graphtool's optimized model, traced against the original, and its session opening in the
-    sandbox child (``start_session``): ready before ORT's graph is, so on a big model neither
-    waits behind the other (on a 200k-node model each is seconds), and levels that share
-    graphtool's model (L2 and L3) share its trace and session."""
+    """graphtool's optimized model traced against the original, with its session opening in the
+    sandbox child meanwhile: ready before ORT's graph is, so on a big model neither waits behind
+    the other (on a 200k-node model each is seconds), and levels that share graphtool's model
+    (L2 and L3) share its trace and session. Unsandboxed, ``output_diffs`` opens the session
+    later: in this process it would only compete with the trace for the same interpreter."""
 
     def __init__(self, original: Model, optimized: Model, index: Any) -> None:
-        self.trace = trace_fusions(original, optimized, index=index)
-        self._session: sandbox.Background | None = None
-        self.optimized = optimized
-
-    def start_session(self) -> None:
-        """Open the optimized model's session now, in the background (when sessions are sandboxed:
-        in this process it would only compete with the traces for the same interpreter)."""
         from graphtool.runtime import make_session
 
-        if self._session is None and sandbox.sessions_enabled():
-            optimized = self.optimized
-            self._session = sandbox.Background(lambda: make_session(optimized))
+        self._session = sandbox.Background(lambda: make_session(optimized)) if sandbox.sessions_enabled() else None
+        self.trace = trace_fusions(original, optimized, index=index)
 
     def sessions(self) -> dict[str, Any]:
         return {"graphtool": self._session.result()} if self._session is not None else {}
@@ -190,7 +183,7 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
         "latency": None,
     }
     index = None
-    sides: dict[int, OurSide] = {}
+    traced: OurSide | None = None  # graphtool's side, one level at a time (its session open meanwhile)
     pending = ort_job(model, levels[0]) if levels else None  # ORT optimizes while graphtool does
     for i, level in enumerate(levels):
         our_level = graphtool_level_for(level, target)
@@ -199,8 +192,7 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
                 on_step(f"graphtool optimize level {our_level}")
             ours[our_level] = optimize(model, level=our_level, target=target)[0]
             index = index if index is not None else index_original(model)
-            sides = {our_level: OurSide(model, ours[our_level], index)}  # one level's session open at a time
-            sides[our_level].start_session()
+            traced = OurSide(model, ours[our_level], index)
         if on_step:
             on_step(f"onnxruntime level {level} ({ORT_LEVELS[level]})")
         assert pending is not None
@@ -211,7 +203,7 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
             feeds, original_outputs, reference = side.input_sets[0].feeds, side.expected[0], None
         entry = compare_level(model, ours[our_level], level, target, ort_model=ort_model, seed=seed, feeds=feeds,
                               original_outputs=original_outputs, ort_session=ort_session, index=index,
-                              ours=sides[our_level])
+                              ours=traced)
         del ort_session  # its child-side session closes before the next level's opens
         if models is not None:
             models[level] = (ort_model, ours[our_level])

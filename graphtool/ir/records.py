@@ -263,6 +263,11 @@ class Node:
         """Attribute values as Python objects; subgraph attributes are ``Graph`` objects."""
         return {k: _attr_value(v) for k, v in self.graph._node[self.id].attrs.items()}
 
+    def peek_attrs(self) -> Mapping[str, Any]:
+        """name -> AttributeProto (or subgraph) without keeping a serialized op's attributes parsed
+        (``OpData.peek_attrs``): for whole-graph readers that only look."""
+        return self.graph._node[self.id].peek_attrs()
+
     def attr(self, name: str, default: Any = None) -> Any:
         value = self.graph._node[self.id].attrs.get(name)
         return default if value is None else _attr_value(value)
