@@ -136,11 +136,16 @@ class OurSide:
     def __init__(self, original: Model, optimized: Model, index: Any) -> None:
         from graphtool.runtime import make_session
 
-        self._session = sandbox.Background(lambda: make_session(optimized)) if sandbox.sessions_enabled() else None
+        self._opening = sandbox.Background(lambda: make_session(optimized)) if sandbox.sessions_enabled() else None
+        self._session: Any = None
         self.trace = trace_fusions(original, optimized, index=index)
 
     def sessions(self) -> dict[str, Any]:
-        return {"graphtool": self._session.result()} if self._session is not None else {}
+        """{"graphtool": its open session} for ``output_diffs``, every level that asks (a
+        Background hands its value over once)."""
+        if self._opening is not None:
+            self._session, self._opening = self._opening.result(), None
+        return {"graphtool": self._session} if self._session is not None else {}
 
 
 # --------------------------------------------------------------------------- whole report

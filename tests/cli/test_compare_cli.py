@@ -68,3 +68,16 @@ def test_compare_bad_levels_and_missing_file_exit_2(run_cli, tmp_path):
     r = run_cli("compare", "--html", str(tmp_path / "missing" / "x.html"), CONV_BN)
     assert r.exit_code == 2 and "folder does not exist" in r.stderr
     assert not (tmp_path / "missing").exists()
+
+
+def test_compare_all_three_levels_run_graphtools_graph(run_cli):
+    """Levels 2 and 3 share graphtool's level-2 graph, its trace and its session: both must get
+    the session (a sandboxed one is handed over once), and both report its outputs."""
+    r = run_cli("compare", "--json", CONV_BN)
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [lv["level"] for lv in doc["levels"]] == [1, 2, 3]
+    assert [lv["graphtool_level"] for lv in doc["levels"]] == [1, 2, 2]
+    for level in doc["levels"]:
+        assert level["outputs"]["graphtool_vs_original"]["ok"], level["outputs"]
+        assert level["outputs"]["ort_vs_graphtool"]["outputs"], level["outputs"]
