@@ -145,13 +145,18 @@ def foldable_region(graph: Graph, model: Model, blocked: set[int] | frozenset[in
     themselves are leaves, not part of the region). ``blocked`` node ids are treated as unfoldable."""
     local_ops = local_function_ops(model)
     opset = model.opset("") or 0
-    known: set[str] = set()
+    # what ``is_constant`` says of each value, found once: initializers and plain Constant ops'
+    # outputs (a subgraph also reads its enclosing graphs' constants, asked value by value)
+    known: set[str] = set() if graph.parent is not None else {
+        *(name for name in graph.initializers if not (graph.overridable_initializers and graph.is_input(name))),
+        *(v for node in graph.nodes("Constant") if is_plain_constant_node(node) for v in node.outputs if v)}
     region: list[Node] = []
     for node in order if order is not None else graph.topological_order():
         if node.id in blocked:
             continue
         # inputs first: most ops fail there, and it is cheaper than asking whether the op may fold
-        if all(not v or v in known or is_constant(graph, v) for v in node.inputs) and can_fold(node, local_ops, opset):
+        if all(not v or v in known or (graph.parent is not None and is_constant(graph, v)) for v in node.inputs) \
+                and can_fold(node, local_ops, opset):
             region.append(node)
             known.update(v for v in node.outputs if v)
     return region

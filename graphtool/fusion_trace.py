@@ -105,21 +105,27 @@ class _Original:
                 continue
             self.constant.add(name)
             self.number[name] = intern(_const_key(tensor.numpy()) if tensor.nbytes <= (1 << 20) else ("init", name))
+        constant, num = self.constant, self.num
         for node in order:
-            ins = [v for v in node.inputs if v]
-            if node.op_type not in NONDETERMINISTIC and not node.subgraphs() and all(v in self.constant for v in ins):
-                self.constant.update(v for v in node.outputs if v)
-            value = constant_node_value(node) if node.op_type == "Constant" else None
+            op_type, inputs, outputs = node.op_type, node.inputs, node.outputs
+            opaque = op_type in NONDETERMINISTIC or bool(node.subgraphs())
+            if not opaque and all(v in constant for v in inputs if v):
+                constant.update(v for v in outputs if v)
+            value = constant_node_value(node) if op_type == "Constant" else None
             if value is not None and value.nbytes <= (1 << 20):
                 key: Any = _const_key(value)
-            elif node.op_type in NONDETERMINISTIC or node.subgraphs():
+            elif opaque:
                 key = ("node", node.id)
-            else:
-                attrs = tuple(sorted((k, _attr_bytes(node, k)) for k in node.attrs))
-                key = (node.domain or "ai.onnx", node.op_type, attrs, tuple(self.num(v) for v in node.inputs))
-            for slot, out in enumerate(node.outputs):
+            else:  # attributes as their bytes, read without keeping them parsed
+                attrs = tuple(sorted((k, v.SerializeToString()) for k, v in node.peek_attrs().items()))
+                key = (node.domain or "ai.onnx", op_type, attrs, tuple(num(v) for v in inputs))
+            if len(outputs) == 1:
+                if outputs[0]:
+                    self.number[outputs[0]] = intern(key)
+                continue
+            for slot, out in enumerate(outputs):
                 if out:
-                    self.number[out] = intern((key, slot)) if len(node.outputs) > 1 else intern(key)
+                    self.number[out] = intern((key, slot)) if len(outputs) > 1 else intern(key)
 
     def num(self, value: str) -> int:
         """The value number of an original value ('' and unknown names get their own)."""
@@ -138,19 +144,14 @@ def _const_key(array: np.ndarray) -> tuple[Any, ...]:
     return ("const", str(array.dtype), array.shape, hashlib.sha1(np.ascontiguousarray(array).tobytes()).hexdigest())
 
 
-def _attr_bytes(node: Node, name: str) -> bytes:
-    proto = node.attr_proto(name)
-    return proto.SerializeToString() if proto is not None else repr(node.attr(name)).encode()
-
-
 # ops that read only their input's metadata: their outputs do not carry the data path
 METADATA_OPS = {"Shape", "Size"}
 
 
-def _clusters(og: Graph, rg: Graph) -> tuple[dict[int, list[Node]], dict[int, list[Node]], dict[int, set[str]]]:
-    """Group the rewritten graph's nodes into rewrites: (clusters, shared helpers, and for each
-    cluster the known values its helpers read, which serve it as extra boundary inputs)."""
-    nodes = rg.topological_order()
+def _clusters(og: Graph, rg: Graph, nodes: list[Node]) -> tuple[dict[int, list[Node]], dict[int, list[Node]], dict[int, set[str]]]:
+    """Group ``nodes`` (the rewritten graph's, in topological order) into rewrites: (clusters,
+    shared helpers, and for each cluster the known values its helpers read, which serve it as
+    extra boundary inputs)."""
     parent = {n.id: n.id for n in nodes}
 
     def find(i: int) -> int:
@@ -272,17 +273,26 @@ def trace_graphs(og: Graph, rg: Graph, max_region: int = 256, index: "_Original 
     """``trace_fusions`` for one pair of graphs (a main graph, or the same subgraph on both sides:
     values read from an enclosing scope are sources, like initializers)."""
     orig = index if index is not None else _Original(og)
-    clusters, helpers, extra = _clusters(og, rg)
+    order = rg.topological_order()
+    # Most nodes stand as they were: each is a cluster of its own (it reads and makes only values
+    # the original has, so no clustering rule joins it to anything), traced without a walk.
+    unchanged = {node.id: fusion for node in order if (fusion := _unchanged(orig, node)) is not None}
+    clusters, helpers, extra = _clusters(og, rg, [n for n in order if n.id not in unchanged])
     trace = Trace()
     covered: set[int] = set()
     for members in helpers.values():
         trace.inserted.extend((n.domain, n.op_type, n.name) for n in members)
-    fusions = [_trace_cluster(orig, rg, members, max_region, extra.get(root, set()))
-               for root, members in clusters.items()]
+    # every cluster where its first node stands in the graph's order, as grouping them gave it
+    first_of = {members[0].id: root for root, members in clusters.items()}
+    groups = [[node] if node.id in unchanged else clusters[first_of[node.id]]
+              for node in order if node.id in unchanged or node.id in first_of]
+    fusions = [unchanged[members[0].id] if members[0].id in unchanged
+               else _trace_cluster(orig, rg, members, max_region, extra.get(first_of[members[0].id], set()))
+               for members in groups]
     # An original op that still stands unchanged in the rewritten graph was not absorbed by a
     # rewrite whose walk also reached it (e.g. a Shape moved from a Conv's output to its input).
     kept = {i for f in fusions if f.kind == "unchanged" for i in f.absorbed}
-    for fusion, members in zip(fusions, clusters.values()):
+    for fusion, members in zip(fusions, groups):
         if fusion.kind not in ("unchanged", "untraced") and kept.intersection(fusion.absorbed):
             path = [i for i in fusion.absorbed if i not in kept]
             if path:

@@ -98,7 +98,8 @@ def _utf8_ok(data: bytes) -> bool:
     return True
 
 
-def load(path: str | os.PathLike[str], validated: Callable[[], None] | None = None) -> Model:
+def load(path: str | os.PathLike[str], validated: Callable[[], None] | None = None,
+         parsed: Callable[[bytes, ModelProto], None] | None = None) -> Model:
     """Read a model into the IR. External data stays on disk until a tensor is asked for.
 
     The file is ``stat``-ed before it is opened: FIFOs, devices, sockets and folders are refused
@@ -107,10 +108,16 @@ def load(path: str | os.PathLike[str], validated: Callable[[], None] | None = No
 
     ``validated`` is called once the file has parsed and passed those checks, before the IR is
     built and with as little of the parse alive as the build allows: ``graphtool inspect`` runs
-    onnx's checker there, so the checker's own parse and the IR never coexist (issue 19)."""
+    onnx's checker there, so the checker's own parse and the IR never coexist (issue 19).
+
+    ``parsed`` gets the file's bytes and their parse as soon as they parsed, before anything else
+    is checked or built: ``compare`` starts onnxruntime's optimizer on them meanwhile (it must not
+    trust them before ``load`` returns)."""
     path = os.fspath(path)
     data = fileguard.read_regular(path, PROTOBUF_LIMIT)
     proto = parse_model(data, path)
+    if parsed is not None:
+        parsed(data, proto)
     base_dir = os.path.dirname(os.path.abspath(path))
     if len(proto.graph.node) >= BATCH_NODES:
         split = _split_main_nodes(data)

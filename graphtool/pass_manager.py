@@ -75,6 +75,11 @@ class Pass:
     target: ClassVar[str] = "onnx"  # "onnx": standard ops only; "ort": emits com.microsoft ops
     priority: ClassVar[int] = 50  # lower runs earlier within an iteration
     analysis: ClassVar[bool] = False  # analysis passes report findings and never edit
+    # One run leaves nothing for a second run on the same graph (CSE's single topological sweep,
+    # DCE's one reverse walk). The manager then skips the rerun a fixed point would cost, on
+    # models of one graph only: a subgraph runs before the graph that owns it, so an edit to the
+    # owner can still give the subgraph's pass something new.
+    idempotent: ClassVar[bool] = False
 
     @classmethod
     def describe(cls) -> str:
@@ -204,11 +209,18 @@ class PassManager:
         start = time.perf_counter()
         report = PassReport(nodes_before=total_nodes(model))
         instances = [cls() for cls in self.passes]
+        # A pass is skipped while the model is as it last left the pass with nothing to do:
+        # ``edits`` counts changing runs, ``settled[name]`` is that count when it last had none.
+        edits = 0
+        settled: dict[str, int] = {}
+        one_graph = sum(1 for _ in model.graphs()) == 1
         for iteration in range(1, self.max_iterations + 1):
             report.iterations = iteration
             any_change = False
             for p in instances:
                 record = report.passes.setdefault(p.name, PassRecord(p.name))
+                if settled.get(p.name) == edits:
+                    continue
                 before = total_nodes(model)
                 t0 = time.perf_counter()
                 changed = self.run_once(p, model, ctx, record)
@@ -219,6 +231,9 @@ class PassManager:
                     record.changed_runs += 1
                     report.trace.append((iteration, p.name))
                     any_change = True
+                    edits += 1
+                if not changed or (p.idempotent and one_graph):
+                    settled[p.name] = edits
                 if self.on_step:
                     self.on_step(p.name)
             if not any_change:

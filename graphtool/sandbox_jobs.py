@@ -40,9 +40,12 @@ def _ort_session(source: str | bytes, level: str = "off", threads: int = 1, opti
         opts.optimized_model_filepath = optimized_path
     state = ort.capi.onnxruntime_pybind11_state
 
+    folder_set: list[str] = []  # a segmented model's pieces all share its folder
+
     def open_piece(piece: bytes, folder: str | None) -> Any:
-        if folder:  # the segment's external weights are where the model's were
+        if folder and not folder_set:  # where the model's weights were; once: ORT warns at a second add
             opts.add_session_config_entry("session.model_external_initializers_file_folder_path", folder)
+            folder_set.append(folder)
         return ort.InferenceSession(piece, opts, providers=["CPUExecutionProvider"])
 
     try:

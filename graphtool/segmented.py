@@ -131,27 +131,29 @@ class SegmentedSession:
         self._open(model, inits)
 
     def _cut(self, graph: Any, inits: dict[str, Any], segment_nodes: int) -> list[_Segment]:
-        """Segments of consecutive nodes with what each reads from before and hands on."""
+        """Segments of consecutive nodes with what each reads from before and hands on (each
+        node's names read from protobuf once: each read builds a container)."""
         nodes = graph.node
         declared_inputs = {i.name for i in graph.input}
         outer = declared_inputs | set(inits)
         produced_at: dict[str, int] = {}
         last_read: dict[str, int] = {}
         reads: list[list[str]] = []
+        made: list[list[str]] = []
         for i, node in enumerate(nodes):
             names = [n for n in node.input if n]
             for n in names:
                 if n not in produced_at and n not in outer:
                     raise NotSegmentable(f"'{n}' is read before a node makes it")
-            captured: set[str] = set()
-            _subgraph_reads(node, captured)
-            names += [n for n in sorted(captured) if n in produced_at or n in outer]
+            if len(node.attribute):
+                captured: set[str] = set()
+                _subgraph_reads(node, captured)
+                names += [n for n in sorted(captured) if n in produced_at or n in outer]
             reads.append(names)
-            for n in names:
-                last_read[n] = i
-            for n in node.output:
-                if n:
-                    produced_at[n] = i
+            last_read.update(dict.fromkeys(names, i))
+            outputs = [n for n in node.output if n]
+            made.append(outputs)
+            produced_at.update(dict.fromkeys(outputs, i))
         for n in self._output_names:
             if n not in produced_at and n not in declared_inputs:
                 raise NotSegmentable(f"graph output '{n}' is made by no node")
@@ -159,13 +161,13 @@ class SegmentedSession:
         segments = []
         for start in range(0, len(nodes), segment_nodes):
             seg = _Segment(start, min(start + segment_nodes, len(nodes)))
-            for n in dict.fromkeys(n for i in range(seg.start, seg.stop) for n in reads[i]):
+            for n in dict.fromkeys(n for names in reads[seg.start:seg.stop] for n in names):
                 if n in inits:
                     seg.initializers.append(n)
                 elif produced_at.get(n, -1) < seg.start:
                     seg.inputs.append(n)
-            made = dict.fromkeys(o for i in range(seg.start, seg.stop) for o in nodes[i].output if o)
-            seg.outputs = [n for n in made if last_read.get(n, -1) >= seg.stop]
+            seg.outputs = [n for n in dict.fromkeys(n for outputs in made[seg.start:seg.stop] for n in outputs)
+                           if last_read.get(n, -1) >= seg.stop]
             seg.done_with = [n for n in seg.inputs if last_read[n] < seg.stop]
             segments.append(seg)
         return segments

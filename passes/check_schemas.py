@@ -109,18 +109,30 @@ class CheckSchemas(Pass):
         local = local_functions(ctx.model)
         before = len(ctx.findings)
         checked = 0
+        # What the checks read of a node is its op, attribute names and types, and which of its
+        # input and output slots are filled: a node that matches one already found clean is clean
+        # too (most ops of a big graph repeat a few dozen such shapes).
+        clean: set[tuple[Any, ...]] = set()
         for node in graph.nodes():
             domain = norm_domain(node.domain)
             if domain not in ONNX_DOMAINS or (node.domain, node.op_type) in local or domain not in place.opsets:
                 continue
             checked += 1
-            self.check_node(ctx, place, node, domain, place.opsets[domain])
+            present = node.peek_attrs()  # looked at, not kept parsed
+            shape = (domain, node.op_type, node.wiring, tuple((name, attr_type(value)) for name, value in present.items()))
+            if shape in clean:
+                continue
+            found = len(ctx.findings)
+            self.check_node(ctx, place, node, domain, place.opsets[domain], present)
+            if len(ctx.findings) == found:
+                clean.add(shape)
         stats = {"checked": checked}
         if len(ctx.findings) > before:
             stats["findings"] = len(ctx.findings) - before
         return PassResult(changed=False, stats=stats)
 
-    def check_node(self, ctx: PassContext, place: Place, node: Node, domain: str, opset: int) -> None:
+    def check_node(self, ctx: PassContext, place: Place, node: Node, domain: str, opset: int,
+                   present: Any) -> None:
         op = node.op_type
         schema = schema_facts(op, domain, opset)
         where = f"{show_domain(domain)} opset {opset}"
@@ -139,13 +151,12 @@ class CheckSchemas(Pass):
                 f"{op} is deprecated at {where} (its definition since opset {schema.since_version} is marked removed)",
                 place, node, hint=REPLACEMENTS.get((domain, op), "use the op that replaced it in this opset"))
             return
-        self.check_attributes(ctx, place, node, schema, where)
+        self.check_attributes(ctx, place, node, present, schema, where)
         self.check_arity(ctx, place, node, schema, where)
 
     @staticmethod
-    def check_attributes(ctx: PassContext, place: Place, node: Node, schema: _Schema, where: str) -> None:
+    def check_attributes(ctx: PassContext, place: Place, node: Node, present: Any, schema: _Schema, where: str) -> None:
         defined = schema.attributes
-        present = node._data.peek_attrs()  # looked at, not kept parsed
         for name in present:
             spec = defined.get(name)
             if spec is None:

@@ -124,6 +124,8 @@ def _merge(graph: Graph, dup: Node, keep_outputs: list[str]) -> bool:
 class CommonSubexpressionElimination(Pass):
     """Merge ops that compute the same thing from the same inputs, and constants with equal values."""
 
+    idempotent = True  # one sweep: see the module docstring
+
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         constants = ConstantTable(ctx.max_fold_bytes)
         merged_inits = self._merge_initializers(graph, constants)

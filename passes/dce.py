@@ -60,6 +60,8 @@ def dead_initializers(graph: Graph, read: set[str]) -> list[str]:
 class DeadCodeElimination(Pass):
     """Remove ops and initializers that no graph output depends on (graph inputs stay)."""
 
+    idempotent = True  # one reverse walk marks everything live
+
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         live, read = live_nodes(graph)
         dead: list[Node] = [n for n in graph.nodes() if n.id not in live]

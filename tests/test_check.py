@@ -312,3 +312,14 @@ def test_backend_models_no_false_alarms():
             unexplained.append(path)
     assert false_alarms == [], false_alarms
     assert unexplained == [], unexplained
+
+
+def test_every_node_of_a_repeated_broken_shape_is_named():
+    # the schema check skips a node shaped like one it found clean (graphtool.passes.check_schemas):
+    # a shape that had findings is checked again at every node that has it
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="ok"),
+             helper.make_node("Relu", ["a"], ["b"], name="bad1", alpha=1.0),
+             helper.make_node("Relu", ["b"], ["c"], name="ok2"),
+             helper.make_node("Relu", ["c"], ["y"], name="bad2", alpha=1.0)]
+    found = [f for f in _found(io.load_proto(_model(nodes))) if f[1] == "attribute"]
+    assert [f[2] for f in found] == ["bad1", "bad2"]

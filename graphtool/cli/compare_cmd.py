@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import click
 
@@ -13,6 +14,7 @@ from graphtool.cli.inputs import input_options, resolve_inputs
 from graphtool.cli.output import emit
 from graphtool.errors import UsageError
 from graphtool.compare import compare, diff_sections, format_compare, to_html
+from graphtool.compare.run import ort_job_from_file_bytes
 
 
 def parse_levels(text: str) -> list[int]:
@@ -54,7 +56,12 @@ def compare_command(model_path: str, levels: str, target: str, latency: bool, ru
     wanted = parse_levels(levels)
     if html_out and not os.path.isdir(os.path.dirname(os.path.abspath(html_out))):
         raise UsageError(f"{html_out}: folder does not exist")
-    model = io.load(model_path)
+    early: list[Any] = []  # ORT's first level, started on the file's bytes while the IR builds
+    model = io.load(model_path, parsed=None if peers else lambda data, proto: early.append(
+        ort_job_from_file_bytes(data, len(proto.graph.node), wanted[0])))
+    started = early[0] if early and early[0] is not None and model.pristine() else None
+    if early and early[0] is not None and started is None:
+        early[0].cancel()
     model_inputs = [n for n in model.graph.inputs if n not in model.graph.initializers]
     shapes, feeds, values = resolve_inputs(model_inputs, input_shapes, inputs_file, input_values)
     if peers:
@@ -79,7 +86,8 @@ def compare_command(model_path: str, levels: str, target: str, latency: bool, ru
     progress = (lambda msg: click.echo(f"… {msg}", err=True)) if sys.stderr.isatty() else None
     pairs: dict = {}
     report = compare(model, wanted, target, latency=latency, runs=runs, warmup=warmup, seed=seed,
-                     path=model_path, on_step=progress, models=pairs if html_out else None, reference=reference)
+                     path=model_path, on_step=progress, models=pairs if html_out else None, reference=reference,
+                     started=started)
     if html_out:
         page = to_html(report, diff_sections(pairs))
         with io.atomic_file(html_out) as handle:

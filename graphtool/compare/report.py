@@ -165,7 +165,8 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
             feeds: dict[str, np.ndarray] | None = None,
             on_step: Callable[[str], None] | None = None,
             models: dict[int, tuple[Model, Model]] | None = None,
-            original_outputs: dict[str, Any] | None = None, reference: Any = None) -> dict[str, Any]:
+            original_outputs: dict[str, Any] | None = None, reference: Any = None,
+            started: "sandbox.Background | None" = None) -> dict[str, Any]:
     """The ``graphtool compare`` report (schema ``graphtool.compare/1``, see ``JSON_SCHEMA``).
 
     ``models``, when given, receives {level: (ORT's graph, graphtool's graph)} for callers that
@@ -173,7 +174,8 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
     ``feeds`` when the caller has them (input discovery ran it): its session is not built again.
     ``reference``: a ``verify.ReferenceJob`` started for ``model`` (input discovery and the
     original's outputs, in the sandbox child while graphtool and ORT optimize); its first input
-    set and outputs stand for ``feeds`` and ``original_outputs``.
+    set and outputs stand for ``feeds`` and ``original_outputs``. ``started``: ORT's job for the
+    first level, already running (``run.ort_job_from_file_bytes``).
     """
     from graphtool.optimize import optimize
 
@@ -189,7 +191,8 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
     }
     index = None
     traced: OurSide | None = None  # graphtool's side, one level at a time (its session open meanwhile)
-    pending = ort_job(model, levels[0]) if levels else None  # ORT optimizes while graphtool does
+    # ORT optimizes while graphtool does
+    pending = started if started is not None else ort_job(model, levels[0]) if levels else None
     for i, level in enumerate(levels):
         our_level = graphtool_level_for(level, target)
         if our_level not in ours:

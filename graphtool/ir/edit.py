@@ -118,7 +118,9 @@ class GraphEdits:
 
     def _link(self, u: Any, v: Any, slot: int) -> None:
         """Add edge u -> v with key ``slot`` (both nodes exist). Key dicts are replaced, never edited."""
-        self._in_order = self._pristine = False
+        if self._in_order and not self._keeps_order(u, v):
+            self._in_order = False
+        self._pristine = False
         keys = self._succ[u].get(v)
         if keys is None:
             keys = _one_slot(slot)
@@ -128,6 +130,14 @@ class GraphEdits:
             keys = _key_dict([*keys, slot])
         put(self._succ, u, v, keys)
         put(self._pred, v, u, keys)
+
+    def _keeps_order(self, u: Any, v: Any) -> bool:
+        """Whether edge u -> v leaves the load order (op ids ascending) topological: every reader
+        of a value must come after the op that makes it. Merging a duplicate into an earlier op
+        (CSE, eliminations) keeps it, so later passes and the writer skip Kahn's algorithm."""
+        if isinstance(v, int):  # value u read by op v
+            return all(maker < v for maker in self._pred[u])
+        return all(reader > u for reader in self._succ[v])  # op u makes value v
 
     def _unlink(self, u: Any, v: Any, slot: int) -> None:
         self._pristine = False

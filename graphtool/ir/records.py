@@ -259,6 +259,13 @@ class Node:
         return list(data.io[data.n_in:])
 
     @property
+    def wiring(self) -> tuple[int, tuple[bool, ...]]:
+        """(input count, whether each input and then each output slot names a value): all a
+        schema check reads of the edges, without building the name lists."""
+        data = self.graph._node[self.id]
+        return data.n_in, tuple(map(bool, data.io))
+
+    @property
     def attrs(self) -> dict[str, Any]:
         """Attribute values as Python objects; subgraph attributes are ``Graph`` objects."""
         return {k: _attr_value(v) for k, v in self.graph._node[self.id].attrs.items()}

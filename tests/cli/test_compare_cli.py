@@ -81,3 +81,41 @@ def test_compare_all_three_levels_run_graphtools_graph(run_cli):
     for level in doc["levels"]:
         assert level["outputs"]["graphtool_vs_original"]["ok"], level["outputs"]
         assert level["outputs"]["ort_vs_graphtool"]["outputs"], level["outputs"]
+
+
+def test_ort_starts_on_the_file_bytes_before_the_ir_is_built(run_cli, monkeypatch, tmp_path):
+    """compare hands ORT the file's bytes as soon as they parse (its optimizer runs while
+    graphtool's IR builds) and uses that job; a model whose bytes may name external data waits."""
+    import graphtool.cli.compare_cmd as cmd
+    from graphtool import io, sandbox
+    from graphtool.compare.run import ort_job_from_file_bytes
+
+    seen: list[bool] = []
+    load = io.load
+
+    def spy_load(path, **kwargs):
+        parsed = kwargs.get("parsed")
+        if parsed is not None:
+            def hook(data, proto):
+                seen.append(data == open(path, "rb").read())  # the very bytes, before from_onnx
+                parsed(data, proto)
+            kwargs["parsed"] = hook
+        return load(path, **kwargs)
+
+    started: list[object] = []
+
+    def spy_job(data, nodes, level):
+        job = ort_job_from_file_bytes(data, nodes, level)
+        started.append(job)
+        return job
+
+    monkeypatch.setattr(cmd.io, "load", spy_load)
+    monkeypatch.setattr(cmd, "ort_job_from_file_bytes", spy_job)
+    r = run_cli("compare", "--json", "--levels", "2", CONV_BN)
+    assert r.exit_code == 0, r.stderr
+    assert seen == [True] and len(started) == 1
+    assert (started[0] is not None) == sandbox.enabled()  # the CLI sandboxes sessions unless told not to
+    level = json.loads(r.stdout)["levels"][0]
+    assert level["ort"]["op_histogram"]["com.microsoft"] == {"FusedConv": 2}
+    assert level["outputs"]["ort_vs_original"]["ok"], level["outputs"]
+    assert ort_job_from_file_bytes(b"...location...", 1, 1) is None
