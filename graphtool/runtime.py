@@ -47,15 +47,19 @@ def session_options(level: str = "off", threads: int = 1, optimized_path: str | 
 
 
 def make_session(model: Model | str | bytes, level: str = "off", threads: int = 1,
-                 optimized_path: str | None = None, local: bool = False) -> ort.InferenceSession:
+                 optimized_path: str | None = None, local: bool = False,
+                 plan: dict | None = None) -> ort.InferenceSession:
     """A CPU session for an IR model, a path, or serialized bytes. Load errors become BadModel.
 
     ``local`` keeps the session in this process even when the CLI sandboxes sessions: latency
-    timing must not include the pipe round trip or the child's memory-pattern setting."""
+    timing must not include the pipe round trip or the child's memory-pattern setting.
+    ``plan``: where to cut a path's or bytes' big graph (``graphtool.segment_plan``; an IR
+    model's is worked out here)."""
     from graphtool import io, sandbox
+    from graphtool.segment_plan import segment_plan
 
     if sandbox.sessions_enabled() and not local:  # in the reused child, under its memory and time limits
-        return sandbox.remote_session(model, level, threads, optimized_path)  # type: ignore[return-value]
+        return sandbox.remote_session(model, level, threads, optimized_path, plan)  # type: ignore[return-value]
     opts = session_options(level, threads, optimized_path, mem_pattern=local)
     try:
         if isinstance(model, Model):
@@ -64,8 +68,9 @@ def make_session(model: Model | str | bytes, level: str = "off", threads: int = 
                     path = os.path.join(tmp, "model.onnx")
                     io.save(model, path, external=True)
                     return _open(path, opts, segment=level == "off" and not optimized_path and not local)
+            plan = segment_plan(model) if level == "off" and not optimized_path and not local else None
             model = io.to_bytes(model)
-        return _open(model, opts, segment=level == "off" and not optimized_path and not local)
+        return _open(model, opts, segment=level == "off" and not optimized_path and not local, plan=plan)
     except (ort.capi.onnxruntime_pybind11_state.Fail, ort.capi.onnxruntime_pybind11_state.InvalidGraph,
             ort.capi.onnxruntime_pybind11_state.InvalidArgument, ort.capi.onnxruntime_pybind11_state.NotImplemented,
             ort.capi.onnxruntime_pybind11_state.RuntimeException,
@@ -73,7 +78,7 @@ def make_session(model: Model | str | bytes, level: str = "off", threads: int = 
         raise BadModel(f"onnxruntime cannot load the model: {_first_line(err)}") from None
 
 
-def _open(source: str | bytes, opts: ort.SessionOptions, segment: bool) -> Any:
+def _open(source: str | bytes, opts: ort.SessionOptions, segment: bool, plan: dict | None = None) -> Any:
     """One session, or for a huge graph run with optimizations off, a ``SegmentedSession``
     (onnxruntime's session build is quadratic in the node count; see graphtool.segmented)."""
     if segment:
@@ -87,7 +92,7 @@ def _open(source: str | bytes, opts: ort.SessionOptions, segment: bool) -> Any:
                 folder_set.append(folder)
             return ort.InferenceSession(piece, opts, providers=["CPUExecutionProvider"])
 
-        segmented = open_segmented(os.fspath(source) if not isinstance(source, bytes) else source, open_piece)
+        segmented = open_segmented(os.fspath(source) if not isinstance(source, bytes) else source, open_piece, plan)
         if segmented is not None:
             return segmented
     return ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])

@@ -376,13 +376,13 @@ class RemoteSession:
     the session itself living in the child."""
 
     def __init__(self, source: str | bytes, level: str, threads: int, optimized_path: str | None,
-                 what: str = "loading this model") -> None:
+                 what: str = "loading this model", plan: dict | None = None) -> None:
         self._sid = None
         self._worker = _current()  # the session lives in that child: every later call goes there
         self._generation = self._worker.generation
         with spilled(source) as arg:
             sid, self._inputs, self._outputs, self._overridable = call(
-                what, session_open, arg, level, threads, optimized_path)
+                what, session_open, arg, level, threads, optimized_path, plan)
         self._generation, self._sid = self._worker.generation, sid
 
     def get_inputs(self) -> list[Any]:
@@ -409,10 +409,13 @@ class RemoteSession:
 SESSIONS = False  # sandbox every session make_session creates (the CLI turns it on)
 
 
-def remote_session(model: Any, level: str, threads: int, optimized_path: str | None) -> RemoteSession:
-    """A sandboxed session for an IR model, a path or model bytes (``runtime.make_session``'s hook)."""
+def remote_session(model: Any, level: str, threads: int, optimized_path: str | None,
+                   plan: dict | None = None) -> RemoteSession:
+    """A sandboxed session for an IR model, a path or model bytes (``runtime.make_session``'s hook);
+    ``plan``: the cuts of a path's or bytes' big graph (an IR model's are worked out here)."""
     from graphtool import io
     from graphtool.ir.model import Model
+    from graphtool.segment_plan import segment_plan
 
     if isinstance(model, Model):
         if io.wants_external(model):
@@ -420,8 +423,10 @@ def remote_session(model: Any, level: str, threads: int, optimized_path: str | N
                 path = os.path.join(tmp, "model.onnx")
                 io.save(model, path, external=True)
                 return RemoteSession(path, level, threads, optimized_path)
+        plan = segment_plan(model) if level == "off" and not optimized_path else None
         model = io.to_bytes(model)
-    return RemoteSession(os.fspath(model) if not isinstance(model, bytes) else model, level, threads, optimized_path)
+    return RemoteSession(os.fspath(model) if not isinstance(model, bytes) else model, level, threads, optimized_path,
+                         plan=plan)
 
 
 def sessions_enabled() -> bool:

@@ -17,7 +17,8 @@ def _is_memory_error(err: BaseException) -> bool:
     return isinstance(err, MemoryError) or bool(_MEMORY_PATTERN.search(str(err)[:2000]))
 
 
-def _ort_session(source: str | bytes, level: str = "off", threads: int = 1, optimized_path: str | None = None) -> Any:
+def _ort_session(source: str | bytes, level: str = "off", threads: int = 1, optimized_path: str | None = None,
+                 plan: dict | None = None) -> Any:
     """(child) ``runtime.make_session`` for a path or bytes, with the same options and the same
     one-line load errors, written against onnxruntime alone: importing graphtool.runtime (and
     with it the IR, networkx and onnx) would make the child start in 0.8 s instead of 0.3 s."""
@@ -52,7 +53,7 @@ def _ort_session(source: str | bytes, level: str = "off", threads: int = 1, opti
         if level == "off" and not optimized_path:  # a huge graph opens in linear time as segments
             from graphtool.segmented import open_segmented
 
-            segmented = open_segmented(source, open_piece)
+            segmented = open_segmented(source, open_piece, plan)
             if segmented is not None:
                 return segmented
         return ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
@@ -87,9 +88,11 @@ def _arg(node_arg: Any) -> Any:
     return SimpleNamespace(name=node_arg.name, type=node_arg.type, shape=list(node_arg.shape))
 
 
-def session_open(source: str | bytes, level: str, threads: int, optimized_path: str | None) -> tuple:
-    """(child) Create a session; return its id and the signature the parent's proxy answers with."""
-    sess = _ort_session(source, level, threads, optimized_path)
+def session_open(source: str | bytes, level: str, threads: int, optimized_path: str | None,
+                 plan: dict | None = None) -> tuple:
+    """(child) Create a session; return its id and the signature the parent's proxy answers with.
+    ``plan``: where to cut a big graph, from the parent (graphtool.segment_plan)."""
+    sess = _ort_session(source, level, threads, optimized_path, plan)
     sid = id(sess)
     _SESSIONS[sid] = sess
     return (sid, [_arg(a) for a in sess.get_inputs()], [_arg(a) for a in sess.get_outputs()],

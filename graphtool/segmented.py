@@ -42,14 +42,18 @@ MIN_BYTES = 1 << 20  # a model file smaller than this cannot hold MIN_NODES node
 
 # (segment model bytes, folder its external data is relative to) -> an onnxruntime session
 OpenSession = Callable[[bytes, "str | None"], Any]
+# the cuts, found by the caller (graphtool.segment_plan): {"nodes": how many the model lists,
+# "segments": [(start, stop, inputs, initializers, outputs, done_with), ...]}
+Plan = dict[str, Any]
 
 
 class NotSegmentable(Exception):
     """The model cannot be cut safely; one session it is."""
 
 
-def open_segmented(source: str | bytes, open_session: OpenSession) -> "SegmentedSession | None":
-    """A SegmentedSession for a model past ``MIN_NODES`` nodes, else None (the caller's one session)."""
+def open_segmented(source: str | bytes, open_session: OpenSession, plan: Plan | None = None) -> "SegmentedSession | None":
+    """A SegmentedSession for a model past ``MIN_NODES`` nodes, else None (the caller's one session).
+    ``plan``: the cuts, when the caller knows them (its node count must match the model's)."""
     size = len(source) if isinstance(source, bytes) else os.path.getsize(source)
     if size < MIN_BYTES:
         return None
@@ -62,7 +66,7 @@ def open_segmented(source: str | bytes, open_session: OpenSession) -> "Segmented
     if len(model.graph.node) < MIN_NODES:
         return None
     try:
-        return SegmentedSession(model, open_session, folder)
+        return SegmentedSession(model, open_session, folder, plan=plan)
     except NotSegmentable:
         return None
 
@@ -114,18 +118,28 @@ class _Segment:
         self.session: Any = None
         self.piece = b""  # the segment as a model, to reopen it once closed (MAX_OPEN_NODES)
 
+    @staticmethod
+    def planned(start: int, stop: int, inputs: list[str], initializers: list[str], outputs: list[str],
+                done_with: list[str]) -> "_Segment":
+        seg = _Segment(start, stop)
+        seg.inputs, seg.initializers, seg.outputs, seg.done_with = inputs, initializers, outputs, done_with
+        return seg
+
 
 class SegmentedSession:
     """One model as a pipeline of sessions (see the module's docstring)."""
 
     def __init__(self, model: Any, open_session: OpenSession, folder: str | None,
-                 segment_nodes: int | None = None) -> None:
+                 segment_nodes: int | None = None, plan: Plan | None = None) -> None:
         graph = model.graph
         inits = {t.name: t for t in graph.initializer}
         self._inputs = [_declared(i) for i in graph.input if i.name not in inits]
         self._overridable = [_declared(i) for i in graph.input if i.name in inits]
         self._output_names = [o.name for o in graph.output]
-        self._segments = self._cut(graph, inits, segment_nodes or SEGMENT_NODES)
+        if plan is not None and plan["nodes"] == len(graph.node):
+            self._segments = [_Segment.planned(*cut) for cut in plan["segments"]]
+        else:
+            self._segments = self._cut(graph, inits, segment_nodes or SEGMENT_NODES)
         self._open_session, self._folder = open_session, folder
         self._open_order: list[_Segment] = []  # open segments, least recently used first
         self._open(model, inits)

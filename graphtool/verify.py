@@ -23,6 +23,7 @@ from graphtool.errors import ModelDoesNotRun
 from graphtool.ir.model import Model
 from graphtool.ir.to_onnx import to_onnx
 from graphtool.runtime import ORT_TYPES, make_session
+from graphtool.segment_plan import plan_for
 
 RTOL = 1e-3
 ATOL = 1e-4
@@ -130,13 +131,15 @@ class Snapshot:
     proto: Any  # the original as a ModelProto (None for external-data models: the session reads the path)
     source: Model | str  # what the session opens
     branchy: bool  # If/Loop/Scan: instrument for coverage
+    plan: Any = None  # where a segmented session cuts the file's big graph (graphtool.segment_plan)
 
     @staticmethod
     def of(original: Model, original_path: str | None = None) -> "Snapshot":
         proto = None if io.wants_external(original) else to_onnx(original)
         # only If/Loop/Scan make coverage sites: without them the whole-model copy is skipped
         branchy = any(original.graph.has_op(op) for op in ("If", "Loop", "Scan"))
-        return Snapshot(proto, original_path or original, branchy)
+        source = original_path or original
+        return Snapshot(proto, source, branchy, plan_for(source, original) if isinstance(source, str) else None)
 
     @property
     def detached(self) -> bool:
@@ -157,7 +160,7 @@ class Reference:
             copy, self.sites = instrumented
             self.session = make_session(copy.SerializeToString())
         else:
-            self.session = make_session(snapshot.source)
+            self.session = make_session(snapshot.source, plan=snapshot.plan)
         self.names = [o.name for o in self.session.get_outputs()]
 
     def _check(self) -> None:

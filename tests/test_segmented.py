@@ -130,3 +130,46 @@ def test_make_session_segments_a_huge_graph_and_verification_agrees(monkeypatch)
     model = io.load_proto(io.parse_model(data))
     optimized = optimize(model, level=1)[0]
     assert verify(model, optimized).ok
+
+
+@pytest.mark.parametrize("path", [p for p in MODELS if "if_subgraph" not in p], ids=os.path.basename)
+def test_graphtools_plan_is_the_cut_the_child_finds(path: str) -> None:
+    """graphtool.segment_plan works the cuts out from the IR so the child need not read every
+    node's names: for the bytes io.to_bytes makes, and for the file of a model as loaded, the
+    plan is the child's own cut, and a session opened with it answers like one session."""
+    from graphtool import io
+    from graphtool.segment_plan import _plan
+
+    model = io.load(path)
+    graph = model.graph
+    sources = [io.to_bytes(model)] + ([open(path, "rb").read()] if model.pristine() else [])
+    for segment_nodes in (1, 3, 7):
+        plan = _plan(graph, graph.topological_ids(), segment_nodes)
+        assert plan is not None
+        for source in sources:
+            proto = onnx.load_from_string(source)
+            child = segmented.SegmentedSession.__new__(segmented.SegmentedSession)
+            child._output_names = [o.name for o in proto.graph.output]
+            cut = child._cut(proto.graph, {t.name: t for t in proto.graph.initializer}, segment_nodes)
+            assert [(s.start, s.stop, s.inputs, s.initializers, s.outputs, s.done_with) for s in cut] \
+                == plan["segments"], segment_nodes
+    plan = _plan(graph, graph.topological_ids(), 3)
+    folder = os.path.dirname(path)
+    whole = ort.InferenceSession(path, runtime.session_options("off"), providers=["CPUExecutionProvider"])
+    planned = segmented.SegmentedSession(onnx.load(path, load_external_data=False), _plain, folder, plan=plan)
+    feeds = _feeds(whole)
+    for got, want in zip(planned.run(None, feeds), whole.run(None, feeds)):
+        assert _same(got, want)
+
+
+def test_a_plan_for_other_bytes_is_not_used() -> None:
+    from graphtool import io
+    from graphtool.segment_plan import _plan
+
+    path = MODELS[0]
+    model = io.load(path)
+    plan = _plan(model.graph, model.graph.topological_ids(), 3)
+    plan = {"nodes": plan["nodes"] + 1, "segments": plan["segments"][:1]}  # not this model's
+    cut = segmented.SegmentedSession(onnx.load(path, load_external_data=False), _plain, os.path.dirname(path),
+                                     segment_nodes=3, plan=plan)
+    assert cut.segments == -(-len(model.graph) // 3)  # the child cut it itself
