@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 import click
 
@@ -15,7 +14,7 @@ from graphtool.cli.output import emit
 from graphtool.errors import UsageError
 from graphtool.ir.from_onnx import gc_paused_if_big
 from graphtool.compare import compare, diff_sections, format_compare, to_html
-from graphtool.compare.run import ort_job_from_file_bytes
+from graphtool.compare.run import EarlyORT
 
 
 def parse_levels(text: str) -> list[int]:
@@ -57,12 +56,9 @@ def compare_command(model_path: str, levels: str, target: str, latency: bool, ru
     wanted = parse_levels(levels)
     if html_out and not os.path.isdir(os.path.dirname(os.path.abspath(html_out))):
         raise UsageError(f"{html_out}: folder does not exist")
-    early: list[Any] = []  # ORT's first level, started on the file's bytes while the IR builds
-    model = io.load(model_path, parsed=None if peers else lambda data, proto: early.append(
-        ort_job_from_file_bytes(data, len(proto.graph.node), wanted[0])))
-    started = early[0] if early and early[0] is not None and model.pristine() else None
-    if early and early[0] is not None and started is None:
-        early[0].cancel()
+    early = None if peers else EarlyORT(wanted[0])  # ORT starts on the file's bytes while the IR builds
+    model = io.load(model_path, parsed=early.start if early else None)
+    started = early.job_for(model) if early else None
     model_inputs = [n for n in model.graph.inputs if n not in model.graph.initializers]
     shapes, feeds, values = resolve_inputs(model_inputs, input_shapes, inputs_file, input_values)
     if peers:

@@ -69,8 +69,7 @@ def ort_job_from_file_bytes(data: bytes, nodes: int, level: int) -> sandbox.Back
     """``ort_job`` for a model file's bytes as soon as they parse, before graphtool's IR of it is
     built (1.6 s of a 200k-node load, the head start ORT's optimizer needs on such a model);
     None for a model whose bytes may name external data (``location``): that one's weights must
-    pass graphtool's checks first. The caller uses it only if the loaded model is
-    ``pristine()``, whose bytes then say the same."""
+    pass graphtool's checks first, and when sessions are not sandboxed."""
     if b"location" in data or not sandbox.sessions_enabled():
         return None
 
@@ -79,6 +78,24 @@ def ort_job_from_file_bytes(data: bytes, nodes: int, level: int) -> sandbox.Back
             return _ort_optimized_source(data, level, tmp)
 
     return sandbox.Background(job, child=sandbox.child_for("ort", nodes))
+
+
+class EarlyORT:
+    """ORT's first level, started from ``io.load``'s ``parsed`` hook (``start``) and kept only
+    for a model that loaded ``pristine()``: its bytes then say what graphtool's IR says."""
+
+    def __init__(self, level: int) -> None:
+        self.level = level
+        self._job: sandbox.Background | None = None
+
+    def start(self, data: bytes, proto: Any) -> None:
+        self._job = ort_job_from_file_bytes(data, len(proto.graph.node), self.level)
+
+    def job_for(self, model: Model) -> sandbox.Background | None:
+        if self._job is not None and not model.pristine():
+            self._job.cancel()
+            self._job = None
+        return self._job
 
 
 def layout_notes(model: Model) -> list[str]:

@@ -88,6 +88,7 @@ def test_ort_starts_on_the_file_bytes_before_the_ir_is_built(run_cli, monkeypatc
     graphtool's IR builds) and uses that job; a model whose bytes may name external data waits."""
     import graphtool.cli.compare_cmd as cmd
     from graphtool import io, sandbox
+    from graphtool.compare import run
     from graphtool.compare.run import ort_job_from_file_bytes
 
     seen: list[bool] = []
@@ -110,7 +111,7 @@ def test_ort_starts_on_the_file_bytes_before_the_ir_is_built(run_cli, monkeypatc
         return job
 
     monkeypatch.setattr(cmd.io, "load", spy_load)
-    monkeypatch.setattr(cmd, "ort_job_from_file_bytes", spy_job)
+    monkeypatch.setattr(run, "ort_job_from_file_bytes", spy_job)
     r = run_cli("compare", "--json", "--levels", "2", CONV_BN)
     assert r.exit_code == 0, r.stderr
     assert seen == [True] and len(started) == 1
