@@ -265,13 +265,17 @@ def trace_fusions(original: Model, rewritten: Model, max_region: int = 256, inde
     """
     if index is not None and index.graph is not original.graph:
         raise ValueError("trace_fusions: the index was built for another model")
-    with gc_paused_if_big(len(original.graph)):  # see index_original
-        return trace_graphs(original.graph, rewritten.graph, max_region, index)
+    return trace_graphs(original.graph, rewritten.graph, max_region, index)
 
 
 def trace_graphs(og: Graph, rg: Graph, max_region: int = 256, index: "_Original | None" = None) -> Trace:
     """``trace_fusions`` for one pair of graphs (a main graph, or the same subgraph on both sides:
     values read from an enclosing scope are sources, like initializers)."""
+    with gc_paused_if_big(len(og)):  # see index_original
+        return _trace_graphs(og, rg, max_region, index)
+
+
+def _trace_graphs(og: Graph, rg: Graph, max_region: int, index: "_Original | None") -> Trace:
     orig = index if index is not None else _Original(og)
     order = rg.topological_order()
     # Most nodes stand as they were: each is a cluster of its own (it reads and makes only values

@@ -11,10 +11,10 @@ from graphtool import io
 from graphtool.cli import cli
 from graphtool.cli.inputs import input_options, resolve_inputs
 from graphtool.cli.output import emit
-from graphtool.errors import UsageError
-from graphtool.ir.from_onnx import gc_paused_if_big
 from graphtool.compare import compare, diff_sections, format_compare, to_html
 from graphtool.compare.run import EarlyORT
+from graphtool.errors import UsageError
+from graphtool.ir.from_onnx import gc_paused_if_big
 
 
 def parse_levels(text: str) -> list[int]:

@@ -13,6 +13,7 @@ from graphtool.diff import diff
 from graphtool.diff_summary import summarize
 from graphtool.diff_text import format_diff
 from graphtool.errors import UsageError
+from graphtool.ir.from_onnx import gc_paused_if_big
 
 FORMATS = ("text", "json", "dot", "svg", "html")
 _BY_EXTENSION = {".txt": "text", ".json": "json", ".dot": "dot", ".gv": "dot", ".svg": "svg", ".html": "html", ".htm": "html"}
@@ -81,19 +82,21 @@ def diff_command(ctx: click.Context, a_path: str, b_path: str, fmt: str | None, 
         from graphtool.render.dot import infer_shapes
 
         a, b = infer_shapes(a), infer_shapes(b)  # shapes on the picture's edges
-    result = diff(a, b)
-    if fmt == "text":  # to a file: every change (a file has no screen to fit)
-        data = format_diff(result, a_path, b_path, show_all=show_all or bool(output)).encode("utf-8")
-    elif fmt == "json":
-        groups = [g.as_dict() for g in summarize(result)]
-        report = dict(result.as_dict(), a=a_path, b=b_path, groups=groups)
-        data = json.dumps(report, indent=2, ensure_ascii=False, default=str).encode("utf-8")
-    else:
-        from graphtool.render.dot import diff_picture
+    # both graphs live until the report is out: full collections would walk them to free nothing
+    with gc_paused_if_big(len(a.graph) + len(b.graph)):
+        result = diff(a, b)
+        if fmt == "text":  # to a file: every change (a file has no screen to fit)
+            data = format_diff(result, a_path, b_path, show_all=show_all or bool(output)).encode("utf-8")
+        elif fmt == "json":
+            groups = [g.as_dict() for g in summarize(result)]
+            report = dict(result.as_dict(), a=a_path, b=b_path, groups=groups)
+            data = json.dumps(report, indent=2, ensure_ascii=False, default=str).encode("utf-8")
+        else:
+            from graphtool.render.dot import diff_picture
 
-        picture = diff_picture(result, context, all_attrs=all_attrs, names=names)
-        picture.title = f"{os.path.basename(a_path)} → {os.path.basename(b_path)}: {picture.title}"
-        data = picture.render(fmt)
+            picture = diff_picture(result, context, all_attrs=all_attrs, names=names)
+            picture.title = f"{os.path.basename(a_path)} → {os.path.basename(b_path)}: {picture.title}"
+            data = picture.render(fmt)
     write_output(data, output)
     if output:
         c = result.counts
