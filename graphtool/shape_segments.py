@@ -62,11 +62,7 @@ def infer_in_segments(model: Model, write_tensor: TensorWriter, infer: Infer, ma
     ops = graph._node  # the op records (graphtool.ir.records.OpData): io holds inputs, then outputs
     produced_in: dict[str, int] = {}  # value → segment that computes it
     for segment, (start, stop) in enumerate(zip(cuts, cuts[1:])):
-        for i in order[start:stop]:
-            data = ops[i]
-            for value in data.io[data.n_in:]:
-                if value:
-                    produced_in[value] = segment
+        produced_in.update({v: segment for i in order[start:stop] for v in ops[i].io[ops[i].n_in:] if v})
     infos_of: list[list[ValueInfo]] = [[] for _ in cuts[1:]]  # declared value infos by segment
     for value, info in graph.value_info.items():  # of a value no op computes: the first segment's
         infos_of[produced_in.get(value, 0)].append(info)
@@ -76,26 +72,22 @@ def infer_in_segments(model: Model, write_tensor: TensorWriter, infer: Infer, ma
         crossing: list[str] = []
         graph_inputs: list[str] = list(graph.inputs) if segment == 0 else []  # all of them, once
         initializers: list[str] = []
-        seen: set[str] = set()
-        for i in ids:
-            data = ops[i]
-            for value in data.io[:data.n_in]:
-                if not value or value in seen:
+        # each value the segment reads, once, in order of first reading (a comprehension: a
+        # statement per read cost ~0.4 s on 200,000 nodes)
+        for value in dict.fromkeys(v for i in ids for v in ops[i].io[:ops[i].n_in] if v):
+            source = produced_in.get(value)
+            if source is not None:  # made by an earlier segment (this one's are in order)
+                if source == segment:
                     continue
-                seen.add(value)
-                source = produced_in.get(value)
-                if source is not None:  # made by an earlier segment (this one's are in order)
-                    if source == segment:
-                        continue
-                    t = found.get(value)
-                    if t is None or not t.HasField("tensor_type") or t.tensor_type.elem_type not in FLOAT_TYPES:
-                        return None  # an int, untyped or non-tensor value would cross: data may be lost
-                    crossing.append(value)
-                    continue
-                if value in graph.inputs and segment > 0:
-                    graph_inputs.append(value)
-                if value in graph.initializers:
-                    initializers.append(value)
+                t = found.get(value)
+                if t is None or not t.HasField("tensor_type") or t.tensor_type.elem_type not in FLOAT_TYPES:
+                    return None  # an int, untyped or non-tensor value would cross: data may be lost
+                crossing.append(value)
+                continue
+            if value in graph.inputs and segment > 0:
+                graph_inputs.append(value)
+            if value in graph.initializers:
+                initializers.append(value)
         outputs = [v for v in graph.outputs if produced_in.get(v) == segment or (segment == 0 and v not in produced_in)]
         data = _segment_model(graph, head, tail, ids, graph_inputs, crossing, found, initializers, outputs,
                               infos_of[segment],
