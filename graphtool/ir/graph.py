@@ -183,10 +183,13 @@ class Graph(GraphEdits):
             if self.overridable_initializers and value in self.inputs:
                 return None
             return tensor.numpy()
-        producer = self.producer(value)
-        if producer is not None:
-            if producer.op_type == "Constant" and producer.domain in ("", "ai.onnx"):
-                return constant_node_value(producer)
+        pred = self._pred[value]
+        if pred:  # made by an op: constant only if that op is a Constant (asked of every input, so
+            # the record is read before any handle is made)
+            op = pred.key if type(pred) is One else next(iter(pred))
+            data = self._node[op]
+            if data.op_type == "Constant" and data.domain in ("", "ai.onnx"):
+                return constant_node_value(Node(self, op))
             return None
         if self.parent is not None and self.is_free(value):
             return self.parent.const(value)
