@@ -22,9 +22,10 @@ def node_changes(m: Matcher, a: Node, b: Node) -> list[dict[str, Any]]:
     """How matched node ``b`` differs from ``a``: op type, attributes, inputs (a constant input
     counts by value, not name), number of outputs."""
     details: list[dict[str, Any]] = []
-    if (a.op_type, a.domain) != (b.op_type, b.domain):
+    ha, hb = m.ha, m.hb  # what the hashes read of each op: no look-up of the ops' records (issue 19)
+    if ha.kinds[a.id] != hb.kinds[b.id]:
         details.append({"what": "op_type", "old": qualified(a), "new": qualified(b)})
-    ka, kb = m.ha.canon_key[a.id], m.hb.canon_key[b.id]
+    ka, kb = ha.canon_key[a.id], hb.canon_key[b.id]
     ca, cb = (m.ha.canon(a.id), m.hb.canon(b.id)) if ka != kb else ({}, {})
     for key in sorted(set(ca) | set(cb)):
         if ca.get(key) == cb.get(key):
@@ -39,12 +40,15 @@ def node_changes(m: Matcher, a: Node, b: Node) -> list[dict[str, Any]]:
         if isinstance(old, TensorProto) and isinstance(new, TensorProto):
             entry.update(value_change(numpy_helper.to_array(old), numpy_helper.to_array(new)))
         details.append(entry)
-    ins_a, ins_b = a.inputs, b.inputs
-    for slot in range(max(len(ins_a), len(ins_b))):
+    ins_a: list[str] | None = None
+    ins_b: list[str] = []
+    for slot in range(max(len(ha.feeds[a.id]), len(hb.feeds[b.id]))):
+        if m.token_a_at(a.id, slot) == m.token_b_at(b.id, slot):
+            continue
+        if ins_a is None:
+            ins_a, ins_b = a.inputs, b.inputs
         va = ins_a[slot] if slot < len(ins_a) else ""
         vb = ins_b[slot] if slot < len(ins_b) else ""
-        if m.token_a(va) == m.token_b(vb):
-            continue
         const_a = m.ga.const(va) if va else None
         const_b = m.gb.const(vb) if vb else None
         if const_a is not None and const_b is not None:
@@ -56,8 +60,8 @@ def node_changes(m: Matcher, a: Node, b: Node) -> list[dict[str, Any]]:
             details.append(entry)
         else:
             details.append({"what": "input", "slot": slot, "old": va or None, "new": vb or None})
-    if len(a.outputs) != len(b.outputs):
-        details.append({"what": "outputs", "old": len(a.outputs), "new": len(b.outputs)})
+    if ha.n_out[a.id] != hb.n_out[b.id]:
+        details.append({"what": "outputs", "old": ha.n_out[a.id], "new": hb.n_out[b.id]})
     return details
 
 def _initializer(graph: Graph, value: str) -> Tensor | None:
@@ -95,8 +99,13 @@ def _initializer_changes(m: Matcher) -> list[dict[str, Any]]:
     """Initializers no node reads. Used ones show up in their consumers' changes; unused
     ones would go unnoticed: dead weight that appeared, disappeared, or was left behind."""
     ga, gb = m.ga, m.gb
-    unused_a = {n: m.ha.init_key(n) for n in ga.initializers if not ga.uses(n) and not ga.is_output(n)}
-    unused_b = {n: m.hb.init_key(n) for n in gb.initializers if not gb.uses(n) and not gb.is_output(n)}
+    # an initializer some op reads (``Hashes.sources_read``, a set of the few sources) is used; the
+    # graph's uses (one lookup in its million-entry adjacency each) are asked about the others only
+    read_a, read_b = set(m.ha.sources_read), set(m.hb.sources_read)
+    unused_a = {n: m.ha.init_key(n) for n in ga.initializers
+                if n not in read_a and not ga.uses(n) and not ga.is_output(n)}
+    unused_b = {n: m.hb.init_key(n) for n in gb.initializers
+                if n not in read_b and not gb.uses(n) and not gb.is_output(n)}
     if not unused_a and not unused_b:
         return []
     all_a = Counter(m.ha.init_key(n) for n in ga.initializers)

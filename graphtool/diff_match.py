@@ -1,6 +1,7 @@
 """Matching the nodes of two graphs: structural hashes, then names, then neighbours.
 
-See graphtool.diff's docstring for the phases and why structure goes before names. ``Matcher``
+See graphtool.diff's docstring for the phases and why structure goes before names; the hashes
+(and the value ids the pair checks read) are graphtool.diff_hashes's. ``Matcher``
 pairs the nodes of one pair of graphs (``diff_changes`` then says how each pair differs);
 graphtool.diff drives it over the main graph, subgraphs and functions.
 """
@@ -10,133 +11,13 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any, Callable, Iterable
 
-from graphtool.diff_values import canonical, constant_key, tensor_key
+import numpy as np
+
+from graphtool.diff_hashes import NONE, Hashes
 from graphtool.ir.graph import Graph, Node
 
 _RADIUS = 10  # hops through unmatched nodes when looking for a leftover's matched neighbours
 _MAX_VISIT = 64  # nodes one such local search may look at (keeps high fan-out values cheap)
-
-
-
-class Hashes:
-    """Forward and backward structural hashes of every node of one graph.
-
-    ``input_tokens`` gives the graph inputs their identity (paired inputs share a token);
-    values read from an enclosing scope take the enclosing graph's hash.
-    """
-
-    def __init__(self, graph: Graph, input_tokens: dict[str, int], outer: "Hashes | None" = None):
-        self.graph = graph
-        self.outer = outer
-        self.input_tokens = input_tokens
-        self.order = graph.topological_order()
-        # Per-op tables are lists indexed by op id (loaders number ops from 0; a pass's new ops
-        # take the next ids), not dicts: a quarter of the memory and sequential reads, which on a
-        # million-op graph is what keeps the cost per op from growing with the graph (issue 19).
-        size = max((n.id for n in self.order), default=-1) + 1
-        self.index = [0] * size  # op id -> place in ``order``
-        for i, n in enumerate(self.order):
-            self.index[n.id] = i
-        # the attributes' canonical forms (``canonical``) as a sorted tuple: both hashes use it,
-        # and ``canon`` gives it back as a dict
-        self.canon_key: list[tuple] = [()] * size
-        self.forward: list[int] = [0] * size
-        self.backward: list[int] = [0] * size
-        self.value_hash: dict[str, int] = {}
-        self.constants: dict[int, tuple] = {}  # Constant node id -> content key
-        self._init_keys: dict[str, tuple] = {}
-        self._forward()
-        self._backward()
-
-    def init_key(self, name: str) -> tuple:
-        key = self._init_keys.get(name)
-        if key is None:
-            key = self._init_keys[name] = tensor_key(self.graph.initializers[name])
-        return key
-
-    def source(self, value: str) -> int:
-        """The hash of a value no node of this graph produces."""
-        g = self.graph
-        if value in g.initializers:
-            return hash(("init", self.init_key(value)))
-        if value in self.input_tokens:
-            return self.input_tokens[value]
-        if value in g.sparse_initializers:
-            return hash(("sparse", value))
-        if self.outer is not None and g.is_free(value):
-            return self.outer.hash_of(value)
-        return hash(("unbound", value))
-
-    def hash_of(self, value: str) -> int:
-        """A value's hash; a source's (initializer, input: three lookups) is kept beside the
-        produced values' after its first reader, since a weight or shape is read by many ops."""
-        if not value:
-            return 0
-        h = self.value_hash.get(value)
-        if h is None:
-            h = self.value_hash[value] = self.source(value)
-        return h
-
-    def canon(self, node_id: int) -> dict[str, Any]:
-        """The canonical form of each attribute of op ``node_id`` (subgraphs left out)."""
-        return dict(self.canon_key[node_id])
-
-    def _forward(self) -> None:
-        value_hash, canon_key, hash_of = self.value_hash, self.canon_key, self.hash_of
-        for node in self.order:
-            attrs = node.attrs
-            if not attrs:  # most ops: the shared empty tuple, not new ones per op (issue 19)
-                key = sub_hashes = ()
-            else:
-                subs: list[tuple[str, int, Graph]] = []
-                canon: list[tuple[str, Any]] = []
-                for name, value in attrs.items():
-                    if isinstance(value, Graph):
-                        subs.append((name, 0, value))
-                    elif isinstance(value, list) and value and isinstance(value[0], Graph):
-                        subs.extend((name, k, sub) for k, sub in enumerate(value))
-                    else:
-                        canon.append((name, canonical(value)))
-                key = tuple(sorted(canon))
-                sub_hashes = tuple(sorted((name, k, self.subgraph_hash(sub)) for name, k, sub in subs))
-            canon_key[node.id] = key
-            op_type = node.op_type
-            h = hash((op_type, node.domain, key, tuple(hash_of(v) for v in node.inputs), sub_hashes))
-            self.forward[node.id] = h
-            constant = constant_key(node) if op_type == "Constant" else None
-            if constant is not None:
-                self.constants[node.id] = constant
-            for slot, value in enumerate(node.outputs):
-                if value:  # a Constant's value hashes like an initializer of the same content
-                    value_hash[value] = hash(("init", constant)) if constant else hash((h, slot))
-
-    def subgraph_hash(self, sub: Graph) -> int:
-        inner = Hashes(sub, positional_tokens(sub), self)
-        return hash((tuple(inner.hash_of(o) for o in sub.outputs), len(sub.inputs)))
-
-    def _backward(self) -> None:
-        g = self.graph
-        out_pos = {name: k for k, name in enumerate(g.outputs)}
-        for node in reversed(self.order):
-            outs = []
-            for value in node.outputs:
-                if not value:
-                    outs.append(0)
-                    continue
-                uses = sorted((self.backward[c.id], slot) for c, slot in g.uses(value))
-                outs.append(hash((tuple(uses), out_pos.get(value, -1))))
-            self.backward[node.id] = hash((
-                node.op_type,
-                node.domain,
-                self.canon_key[node.id],
-                tuple(outs),
-                len(node.inputs),
-            ))
-
-
-def positional_tokens(graph: Graph) -> dict[str, int]:
-    """Subgraph and function inputs are positional (Loop/Scan bodies, function signatures)."""
-    return {name: hash(("input", k)) for k, name in enumerate(graph.inputs) if name not in graph.initializers}
 
 
 def _real_inputs(graph: Graph) -> list[str]:
@@ -185,7 +66,7 @@ class Matcher:
         self.how: Counter = Counter()
         self._seen_values: set[tuple[str, str]] = set()
         self._work: list[tuple[str, str]] = []
-        self._held: list[tuple[int, int]] | None = None  # pairs whose values wait to be queued (``run``)
+        self._holding = False  # the values of new pairs wait to be queued (``run``)
 
     # -- value identity across the two graphs
 
@@ -228,14 +109,50 @@ class Matcher:
                 return self.parent.token_b(value)
         return ("v", value)
 
+    def token_a_at(self, node_id: int, slot: int) -> tuple:
+        """``token_a`` of what input ``slot`` of op ``node_id`` of side a reads, from the value ids
+        of ``Hashes.feeds``: a produced value's producer without a lookup by name (issue 19)."""
+        ha = self.ha
+        feed = ha.feeds[node_id]
+        vid = feed[slot] if slot < len(feed) else NONE
+        if vid == NONE:
+            return ("none",)
+        producer = ha.producers[vid]
+        if producer < 0:  # a source: an initializer's key is at hand, the rest asks by name
+            key = ha.init_keys.get(vid)
+            return ("init", key) if key is not None else self.token_a(ha.names[vid])
+        constant = ha.constants.get(producer)
+        if constant is not None:
+            return ("init", constant)
+        b = self.a2b.get(producer)
+        if b is None:
+            return ("a", ha.names[vid])
+        hb = self.hb
+        other = hb.first_out[b] + vid - ha.first_out[producer]  # the same output slot of b
+        if other < len(hb.producers) and hb.producers[other] == b and other not in hb.omitted:
+            return ("v", hb.names[other])
+        return ("a", ha.names[vid])
+
+    def token_b_at(self, node_id: int, slot: int) -> tuple:
+        """``token_b`` of input ``slot`` of op ``node_id`` of side b (see ``token_a_at``)."""
+        hb = self.hb
+        feed = hb.feeds[node_id]
+        vid = feed[slot] if slot < len(feed) else NONE
+        if vid == NONE:
+            return ("none",)
+        producer = hb.producers[vid]
+        if producer < 0:
+            key = hb.init_keys.get(vid)
+            return ("init", key) if key is not None else self.token_b(hb.names[vid])
+        constant = hb.constants.get(producer)
+        return ("init", constant) if constant is not None else ("v", hb.names[vid])
+
     # -- phases
 
     def pair(self, a: int, b: int, how: str) -> None:
         self.a2b[a], self.b2a[b] = b, a
         self.how[how] += 1
-        if self._held is not None:
-            self._held.append((a, b))
-        else:
+        if not self._holding:
             self._push_values(a, b)
 
     def _push_values(self, a: int, b: int) -> None:
@@ -261,11 +178,13 @@ class Matcher:
             return len(self.a2b) == size_a or len(self.b2a) == size_b
 
         # the values of the pairs the first phases make are queued for propagation only if it runs
-        self._held = []
+        # (then from ``a2b``, which holds those pairs in the order they were made: no list of a
+        # million pairs kept on the side for a diff that stops here)
+        self._holding = True
         for phase in (
-            lambda: self._by_key(lambda h, n: h.forward[n], unique=True),
-            lambda: self._by_key(lambda h, n: (h.forward[n], h.backward[n]), unique=False),
-            lambda: self._by_key(lambda h, n: h.backward[n], unique=True),
+            lambda: self._by_unique_key(lambda h: h.forward),
+            lambda: self._by_key(lambda h, n: (h.forward[n], h.backward[n])),
+            lambda: self._by_unique_key(lambda h: h.backward),
             self._by_names,
         ):
             if complete():
@@ -273,8 +192,8 @@ class Matcher:
             phase()
         if complete():
             return
-        held, self._held = self._held, None
-        for a, b in held:
+        self._holding = False
+        for a, b in list(self.a2b.items()):
             self._push_values(a, b)
         for va, vb in self.input_pairs:
             self._push(va, vb)
@@ -285,10 +204,8 @@ class Matcher:
         self._sweep(ha.order[::-1], upstream=False)
         self._same_inputs()
 
-    def _by_key(self, key: Callable[[Hashes, int], Any], unique: bool) -> None:
-        if unique:
-            self._by_unique_key(key)
-            return
+    def _by_key(self, key: Callable[[Hashes, int], Any]) -> None:
+        """Pair the unmatched nodes of equal ``key``, in order within each key."""
         groups_a: dict[Any, list[int]] = defaultdict(list)
         groups_b: dict[Any, list[int]] = defaultdict(list)
         for n in self.ha.order:
@@ -304,28 +221,25 @@ class Matcher:
             for a, b in zip(ids_a, ids_b):
                 self.pair(a, b, "structure")
 
-    def _by_unique_key(self, key: Callable[[Hashes, int], Any]) -> None:
-        """Pair the nodes whose key is unique on both sides, in side a's order. One id per key and
-        a set of the repeated keys, not a list per key: on a million-node graph nearly every key
-        is unique, and two million one-element lists cost ~380 MB."""
-        def firsts(hashes: Hashes, paired: dict[int, int]) -> tuple[dict[Any, int], set[Any]]:
-            first: dict[Any, int] = {}
-            repeated: set[Any] = set()
-            for n in hashes.order:
-                if n.id not in paired:
-                    k = key(hashes, n.id)
-                    if k in first:
-                        repeated.add(k)
-                    else:
-                        first[k] = n.id
-            return first, repeated
+    def _by_unique_key(self, table: Callable[[Hashes], Any]) -> None:
+        """Pair the unmatched nodes whose hash (in ``table``: ``forward`` or ``backward``) is
+        unique on both sides, in side a's order. Sorted with numpy, not counted in dicts: a dict
+        of a million hashes is a million cache misses to fill and as many to read, which made
+        this phase cost 14x at 10x the nodes (issue 19); a sort reads its arrays in order."""
+        def once(hashes: Hashes, paired: dict[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            """The keys found once on this side (sorted), their ids, and their places in order."""
+            ids = np.array([n.id for n in hashes.order if n.id not in paired], dtype=np.int64)
+            keys = np.frombuffer(table(hashes), dtype=np.int64)[ids]
+            sorted_keys, first, counts = np.unique(keys, return_index=True, return_counts=True)
+            single = counts == 1
+            return sorted_keys[single], ids[first[single]], first[single]
 
-        first_a, repeated_a = firsts(self.ha, self.a2b)
-        first_b, repeated_b = firsts(self.hb, self.b2a)
-        for k, a in first_a.items():
-            b = first_b.get(k)
-            if b is not None and k not in repeated_a and k not in repeated_b:
-                self.pair(a, b, "structure")
+        keys_a, ids_a, places_a = once(self.ha, self.a2b)
+        keys_b, ids_b, _ = once(self.hb, self.b2a)
+        _, in_a, in_b = np.intersect1d(keys_a, keys_b, assume_unique=True, return_indices=True)
+        by_place = np.argsort(places_a[in_a], kind="stable")
+        for a, b in zip(ids_a[in_a][by_place].tolist(), ids_b[in_b][by_place].tolist()):
+            self.pair(a, b, "structure")
 
     def _by_names(self) -> None:
         """Names unique on both sides pair unmatched nodes; then value names (optimizers keep them).
