@@ -106,9 +106,12 @@ class _Original:
             self.constant.add(name)
             self.number[name] = intern(_const_key(tensor.numpy()) if tensor.nbytes <= (1 << 20) else ("init", name))
         constant, num = self.constant, self.num
+        records, owners = graph._node, graph._owners  # the op records (graphtool.ir.records.OpData)
         for node in order:
-            op_type, inputs, outputs = node.op_type, node.inputs, node.outputs
-            opaque = op_type in NONDETERMINISTIC or bool(node.subgraphs())
+            data = records[node.id]
+            op_type, io, n_in = data.op_type, data.io, data.n_in
+            inputs, outputs = io[:n_in], io[n_in:]
+            opaque = op_type in NONDETERMINISTIC or node.id in owners and bool(node.subgraphs())
             if not opaque and all(v in constant for v in inputs if v):
                 constant.update(v for v in outputs if v)
             value = constant_node_value(node) if op_type == "Constant" else None
@@ -117,8 +120,8 @@ class _Original:
             elif opaque:
                 key = ("node", node.id)
             else:  # attributes as their bytes, read without keeping them parsed
-                attrs = tuple(sorted((k, v.SerializeToString()) for k, v in node.peek_attrs().items()))
-                key = (node.domain or "ai.onnx", op_type, attrs, tuple(num(v) for v in inputs))
+                attrs = tuple(sorted((k, v.SerializeToString()) for k, v in data.peek_attrs().items()))
+                key = (data.domain or "ai.onnx", op_type, attrs, tuple(num(v) for v in inputs))
             if len(outputs) == 1:
                 if outputs[0]:
                     self.number[outputs[0]] = intern(key)
@@ -349,23 +352,23 @@ def _unchanged(orig: _Original, node: Node) -> Fusion | None:
     """A node that stands in the original as it is (same op, same outputs, inputs holding the same
     values): most nodes of an optimized graph. The general walk gives the same answer, ~5x slower."""
     og = orig.graph
-    outputs = node.outputs
-    first = next((v for v in outputs if v), None)
+    data = node.graph._node[node.id]  # the op records (graphtool.ir.records.OpData): io is inputs, then outputs
+    io, n_in = data.io, data.n_in
+    first = next((v for v in io[n_in:] if v), None)
     before = og.producer(first) if first is not None else None
     if before is None:
         return None
-    op_type, domain = node.op_type, node.domain
-    if (before.op_type != op_type or before.domain != domain or domain == "com.microsoft.nchwc"
-            or before.outputs != outputs or node.subgraphs()):
+    then = og._node[before.id]
+    op_type, domain = data.op_type, data.domain
+    if (then.op_type != op_type or then.domain != domain or domain == "com.microsoft.nchwc"
+            or then.io[then.n_in:] != io[n_in:] or then.n_in != n_in
+            or (node.id in node.graph._owners and node.subgraphs())):
         return None
-    now, then = node.inputs, before.inputs
-    if len(now) != len(then):
-        return None
-    for a, b in zip(now, then):
+    for a, b in zip(io[:n_in], then.io[:n_in]):
         if a != b and (not a or not b or not og.has_value(a) or orig.num(a) != orig.num(b)):
             return None
     new_ops = [("" if domain == "ai.onnx" else domain, op_type)]
-    return Fusion(new_ops, [node.name], [before.id], [op_type], [], "unchanged", Counter(), [node.id])
+    return Fusion(new_ops, [data.name], [before.id], [op_type], [], "unchanged", Counter(), [node.id])
 
 
 def _trace_cluster(orig: _Original, rg: Graph, members: list[Node], max_region: int,

@@ -90,3 +90,5 @@ def load_ops(graph: "Graph", records: Iterable[Record]) -> None:
                     graph.add_capture(i, free)  # (one produced later clears in_order there)
     graph._in_order = in_order
     graph._pristine = True
+    if graph._loaded_only:
+        graph._loaded_count = len(graph)
