@@ -89,7 +89,7 @@ def compare_level(original_model: Model, optimized_model: Model, level: int, tar
                   ort_model: Model | None = None, seed: int = 0,
                   feeds: dict[str, np.ndarray] | None = None,
                   original_outputs: dict[str, Any] | None = None, ort_session: Any = None,
-                  index: Any = None, ours: "OurSide | None" = None) -> dict[str, Any]:
+                  index: Any = None, ours: "OurSide | None" = None, reference: Any = None) -> dict[str, Any]:
     """ORT's graph at ``level`` beside graphtool's ``optimized_model`` (optimized at that level).
 
     This is what ``graphtool optimize --compare-ort`` prints (through ``format_compare``) and
@@ -97,7 +97,9 @@ def compare_level(original_model: Model, optimized_model: Model, level: int, tar
     already has ORT's graph (and ``ort_session``, the session that made it, which then gives its
     outputs); otherwise ORT optimizes ``original_model`` here. ``index``: the original's
     ``fusion_trace.index_original``, when the caller traces it more than once; ``ours``:
-    graphtool's side already traced (``OurSide``), when several levels share it.
+    graphtool's side already traced (``OurSide``), when several levels share it. ``reference``:
+    a ``verify.ReferenceJob`` whose first input set and outputs stand for ``feeds`` and
+    ``original_outputs``, waited for beside ORT's trace (on a big model it finishes last).
     """
     if ort_model is None:
         ort_model, ort_session = ort_optimized_session(original_model, level)
@@ -105,10 +107,17 @@ def compare_level(original_model: Model, optimized_model: Model, level: int, tar
     ours = ours if ours is not None else OurSide(original_model, optimized_model, index)
     # the outputs: sessions in the sandbox child, while ORT's graph is traced here
     sessions = {"ort": ort_session} if ort_session is not None else {}
-    outputs = sandbox.Background(lambda: output_diffs(
-        {"original": original_model, "ort": ort_model, "graphtool": optimized_model}, seed=seed, feeds=feeds,
-        known={"original": original_outputs} if original_outputs is not None else None,
-        sessions={**sessions, **ours.sessions()}))
+
+    def outputs_job() -> dict[str, Any]:
+        given, known = feeds, original_outputs
+        if reference is not None:
+            side = reference.result()
+            given, known = side.input_sets[0].feeds, side.expected[0]
+        return output_diffs({"original": original_model, "ort": ort_model, "graphtool": optimized_model}, seed=seed,
+                            feeds=given, known={"original": known} if known is not None else None,
+                            sessions={**sessions, **ours.sessions()})
+
+    outputs = sandbox.Background(outputs_job)
     ort_trace = trace_fusions(original_model, ort_model, index=index)
     ort_side, our_side = _side(ort_model, ort_trace), _side(optimized_model, ours.trace)
     return {
@@ -206,12 +215,12 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
         assert pending is not None
         ort_model, ort_session = pending.result()
         pending = ort_job(model, levels[i + 1]) if i + 1 < len(levels) else None
-        if reference is not None:
-            side = reference.result()
-            feeds, original_outputs, reference = side.input_sets[0].feeds, side.expected[0], None
         entry = compare_level(model, ours[our_level], level, target, ort_model=ort_model, seed=seed, feeds=feeds,
                               original_outputs=original_outputs, ort_session=ort_session, index=index,
-                              ours=traced)
+                              ours=traced, reference=reference)
+        if reference is not None:  # the first level waited for it: later ones reuse what it found
+            side = reference.result()
+            feeds, original_outputs, reference = side.input_sets[0].feeds, side.expected[0], None
         del ort_session  # its child-side session closes before the next level's opens
         if models is not None:
             models[level] = (ort_model, ours[our_level])
