@@ -156,9 +156,9 @@ class Hashes:
         Only the rest asks the sources seen so far, then the graph for the producer. A dict of
         every value, written once per output and read once per input, missed the cache on each
         access at a million ops: 19x the cost of 100k ops (issue 19)."""
-        canon_key, resolve = self.canon_key, self._resolve
+        canon_key = self.canon_key
         names, producers, value_hashes = self.names, self.producers, self.value_hashes
-        hash_at, read, sources_get = value_hashes.__getitem__, self.sources_read.append, self.sources.get
+        hash_at = value_hashes.__getitem__
         recent: dict[str, int] = {}  # name -> value id, for the outputs of the last ops
         older: dict[str, int] = {}  # the ``recent`` before, when it filled up
         recent_get = recent.get
@@ -191,21 +191,7 @@ class Hashes:
             inputs = data.inputs
             feed = tuple([recent_get(v, _UNSEEN) for v in inputs])  # '' is never in ``recent``
             if _UNSEEN in feed:  # a source, a value computed long before, or an omitted input
-                fixed = []
-                for v, vid in zip(inputs, feed):
-                    if vid == _UNSEEN:
-                        if not v:
-                            vid = NONE
-                        else:
-                            vid = older.get(v)
-                            if vid is None:
-                                vid = sources_get(v)
-                            if vid is None:
-                                vid = resolve(v)
-                                if producers[vid] < 0:  # a source read for the first time
-                                    read(v)
-                    fixed.append(vid)
-                feed = tuple(fixed)
+                feed = tuple([vid if vid != _UNSEEN else self._input_id(v, older) for v, vid in zip(inputs, feed)])
             self.feeds[i] = feed
             if NONE in feed:
                 in_hashes = tuple([value_hashes[v] if v >= 0 else 0 for v in feed])
@@ -233,6 +219,20 @@ class Hashes:
             if len(recent) >= _WINDOW:
                 older, recent = recent, {}
                 recent_get = recent.get
+
+    def _input_id(self, value: str, older: dict[str, int]) -> int:
+        """(forward pass) The id of an input not among the last outputs: an older output, a
+        source seen before, or resolved now (a source read for the first time is noted)."""
+        if not value:
+            return NONE
+        vid = older.get(value)
+        if vid is None:
+            vid = self.sources.get(value)
+        if vid is None:
+            vid = self._resolve(value)
+            if self.producers[vid] < 0:
+                self.sources_read.append(value)
+        return vid
 
     def subgraph_hash(self, sub: Graph) -> int:
         inner = Hashes(sub, positional_tokens(sub), self)

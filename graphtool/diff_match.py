@@ -42,6 +42,21 @@ def pair_names(a: list[str], b: list[str], by_name: bool) -> tuple[list[tuple[st
 # ---------------------------------------------------------------------------------- matching
 
 
+def _read_at(h: Hashes, node_id: int, slot: int, by_name: Callable[[str], tuple]) -> tuple[tuple | None, int, int]:
+    """What input ``slot`` of op ``node_id`` reads: its token when that needs no pairing (nothing,
+    a source, a Constant's output), else None with the value's id and its producer's id."""
+    feed = h.feeds[node_id]
+    vid = feed[slot] if slot < len(feed) else NONE
+    if vid == NONE:
+        return ("none",), vid, -1
+    producer = h.producers[vid]
+    if producer < 0:  # a source: an initializer's key is at hand, the rest asks by name
+        key = h.init_keys.get(vid)
+        return (("init", key) if key is not None else by_name(h.names[vid])), vid, producer
+    constant = h.constants.get(producer)
+    return (("init", constant) if constant is not None else None), vid, producer
+
+
 class Matcher:
     """Matches the nodes of one pair of graphs and classifies them."""
 
@@ -113,17 +128,9 @@ class Matcher:
         """``token_a`` of what input ``slot`` of op ``node_id`` of side a reads, from the value ids
         of ``Hashes.feeds``: a produced value's producer without a lookup by name (issue 19)."""
         ha = self.ha
-        feed = ha.feeds[node_id]
-        vid = feed[slot] if slot < len(feed) else NONE
-        if vid == NONE:
-            return ("none",)
-        producer = ha.producers[vid]
-        if producer < 0:  # a source: an initializer's key is at hand, the rest asks by name
-            key = ha.init_keys.get(vid)
-            return ("init", key) if key is not None else self.token_a(ha.names[vid])
-        constant = ha.constants.get(producer)
-        if constant is not None:
-            return ("init", constant)
+        token, vid, producer = _read_at(ha, node_id, slot, self.token_a)
+        if token is not None:
+            return token
         b = self.a2b.get(producer)
         if b is None:
             return ("a", ha.names[vid])
@@ -135,17 +142,8 @@ class Matcher:
 
     def token_b_at(self, node_id: int, slot: int) -> tuple:
         """``token_b`` of input ``slot`` of op ``node_id`` of side b (see ``token_a_at``)."""
-        hb = self.hb
-        feed = hb.feeds[node_id]
-        vid = feed[slot] if slot < len(feed) else NONE
-        if vid == NONE:
-            return ("none",)
-        producer = hb.producers[vid]
-        if producer < 0:
-            key = hb.init_keys.get(vid)
-            return ("init", key) if key is not None else self.token_b(hb.names[vid])
-        constant = hb.constants.get(producer)
-        return ("init", constant) if constant is not None else ("v", hb.names[vid])
+        token, vid, _ = _read_at(self.hb, node_id, slot, self.token_b)
+        return token if token is not None else ("v", self.hb.names[vid])
 
     # -- phases
 
@@ -171,7 +169,7 @@ class Matcher:
         """The phases in order, until one side has no unmatched node left (every phase pairs
         unmatched nodes of both sides, so nothing after could change the result): a graph
         against an unchanged or a purely grown copy stops after the structural hashes."""
-        ha, hb = self.ha, self.hb
+        ha = self.ha
         size_a, size_b = len(self.ga), len(self.gb)
 
         def complete() -> bool:

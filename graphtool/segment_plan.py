@@ -18,7 +18,7 @@ from typing import Any
 
 from graphtool.ir.graph import Graph
 from graphtool.ir.model import Model
-from graphtool.segmented import MIN_NODES, SEGMENT_NODES, Plan
+from graphtool.segmented import MIN_NODES, SEGMENT_NODES, NotSegmentable, Plan, cut
 
 
 def segment_plan(model: Model, segment_nodes: int = SEGMENT_NODES) -> Plan | None:
@@ -31,32 +31,14 @@ def segment_plan(model: Model, segment_nodes: int = SEGMENT_NODES) -> Plan | Non
 
 
 def _plan(graph: Graph, order: list[int], segment_nodes: int) -> Plan | None:
-    # comprehensions over the op records' name tuples: a statement-per-node loop cost 4 µs a node
     records = graph._node  # graphtool.ir.records.OpData: io holds inputs, then outputs
     ops = [records[i] for i in order]
-    reads = [op.io[:op.n_in] for op in ops]
-    made = [op.io[op.n_in:] for op in ops]
-    produced_at = {v: p for p, names in enumerate(made) for v in names if v}
-    last_read = {v: p for p, names in enumerate(reads) for v in names if v}
-    first_read = {v: p for p in range(len(reads) - 1, -1, -1) for v in reads[p] if v}
-    inits = graph.initializers
-    outer = set(graph.inputs) | set(inits)
-    if any(v not in outer and produced_at.get(v, p) >= p for v, p in first_read.items()):
-        return None  # read before any node makes it: the child would refuse to cut too
-    if any(v not in produced_at and v not in graph.inputs for v in graph.outputs):
-        return None
-    last_read.update(dict.fromkeys(graph.outputs, len(order)))
-    segments: list[tuple[int, int, list[str], list[str], list[str], list[str]]] = []
-    for start in range(0, len(order), segment_nodes):
-        stop = min(start + segment_nodes, len(order))
-        read = dict.fromkeys(v for names in reads[start:stop] for v in names if v)
-        initializers = [v for v in read if v in inits]
-        inputs = [v for v in read if v not in inits and produced_at.get(v, -1) < start]
-        outputs = [v for v in dict.fromkeys(v for names in made[start:stop] for v in names if v)
-                   if last_read.get(v, -1) >= stop]
-        done_with = [v for v in inputs if last_read[v] < stop]
-        segments.append((start, stop, inputs, initializers, outputs, done_with))
-    return {"nodes": len(order), "segments": segments}
+    try:
+        cuts = cut([op.io[:op.n_in] for op in ops], [op.io[op.n_in:] for op in ops], graph.initializers,
+                   graph.inputs, graph.outputs, segment_nodes)
+    except NotSegmentable:
+        return None  # the child would refuse to cut too
+    return {"nodes": len(order), "segments": cuts}
 
 
 def plan_for(source: Any, model: Model | None) -> Plan | None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Container, Iterable, Sequence
 
 MIN_NODES = 60_000  # below this one session is cheaper than cutting
 # ORT's session build per segment: 10k nodes open ~20% faster than 20k (its planner's quadratic
@@ -108,6 +108,48 @@ def _subgraph_reads(node: Any, out: set[str]) -> None:
                 _subgraph_reads(inner, out)
 
 
+Cut = tuple[int, int, list[str], list[str], list[str], list[str]]  # start, stop, inputs, initializers, outputs, done_with
+
+
+def cut(reads: Sequence[Sequence[str]], made: Sequence[Sequence[str]], initializers: Container[str],
+        declared_inputs: Container[str], outputs: Iterable[str], segment_nodes: int,
+        captured: dict[int, list[str]] | None = None) -> list[Cut]:
+    """Segments of ``segment_nodes`` consecutive nodes, given what each node reads and makes (in
+    the model's node order): what a segment reads from before, which weights, what it hands on
+    (read later or a graph output) and which of its inputs no later segment reads.
+
+    ``captured``: names a node's subgraphs read, by node position (a superset: those made by an
+    earlier node or outer are kept). Both the sandbox child (from protobuf) and graphtool
+    (``graphtool.segment_plan``, from its IR) cut with this, so they cannot disagree. Raises
+    NotSegmentable for a value read before any node makes it, or an output nothing makes."""
+    produced_at = {v: p for p, names in enumerate(made) for v in names if v}
+    if captured:
+        reads = list(reads)
+        for p, names in captured.items():
+            reads[p] = [*reads[p], *(v for v in names
+                                     if produced_at.get(v, p) < p or v in declared_inputs or v in initializers)]
+    first_read = {v: p for p in range(len(reads) - 1, -1, -1) for v in reads[p] if v}
+    for v, p in first_read.items():
+        if v not in declared_inputs and v not in initializers and produced_at.get(v, p) >= p:
+            raise NotSegmentable(f"'{v}' is read before a node makes it")
+    last_read = {v: p for p, names in enumerate(reads) for v in names if v}
+    for v in outputs:
+        if v not in produced_at and v not in declared_inputs:
+            raise NotSegmentable(f"graph output '{v}' is made by no node")
+        last_read[v] = len(reads)
+    cuts: list[Cut] = []
+    for start in range(0, len(reads), segment_nodes):
+        stop = min(start + segment_nodes, len(reads))
+        read = dict.fromkeys(v for names in reads[start:stop] for v in names if v)
+        weights = [v for v in read if v in initializers]
+        inputs = [v for v in read if v not in initializers and produced_at.get(v, -1) < start]
+        handed_on = [v for v in dict.fromkeys(v for names in made[start:stop] for v in names if v)
+                     if last_read.get(v, -1) >= stop]
+        done_with = [v for v in inputs if last_read[v] < stop]
+        cuts.append((start, stop, inputs, weights, handed_on, done_with))
+    return cuts
+
+
 class _Segment:
     def __init__(self, start: int, stop: int) -> None:
         self.start, self.stop = start, stop
@@ -145,46 +187,20 @@ class SegmentedSession:
         self._open(model, inits)
 
     def _cut(self, graph: Any, inits: dict[str, Any], segment_nodes: int) -> list[_Segment]:
-        """Segments of consecutive nodes with what each reads from before and hands on (each
-        node's names read from protobuf once: each read builds a container)."""
+        """``cut`` on the names the model's nodes read and make (each field read from protobuf
+        once: each read builds a container)."""
         nodes = graph.node
-        declared_inputs = {i.name for i in graph.input}
-        outer = declared_inputs | set(inits)
-        produced_at: dict[str, int] = {}
-        last_read: dict[str, int] = {}
-        reads: list[list[str]] = []
-        made: list[list[str]] = []
+        reads = [[n for n in node.input if n] for node in nodes]
+        made = [[n for n in node.output if n] for node in nodes]
+        captured: dict[int, list[str]] = {}
         for i, node in enumerate(nodes):
-            names = [n for n in node.input if n]
-            for n in names:
-                if n not in produced_at and n not in outer:
-                    raise NotSegmentable(f"'{n}' is read before a node makes it")
             if len(node.attribute):
-                captured: set[str] = set()
-                _subgraph_reads(node, captured)
-                names += [n for n in sorted(captured) if n in produced_at or n in outer]
-            reads.append(names)
-            last_read.update(dict.fromkeys(names, i))
-            outputs = [n for n in node.output if n]
-            made.append(outputs)
-            produced_at.update(dict.fromkeys(outputs, i))
-        for n in self._output_names:
-            if n not in produced_at and n not in declared_inputs:
-                raise NotSegmentable(f"graph output '{n}' is made by no node")
-            last_read[n] = len(nodes)
-        segments = []
-        for start in range(0, len(nodes), segment_nodes):
-            seg = _Segment(start, min(start + segment_nodes, len(nodes)))
-            for n in dict.fromkeys(n for names in reads[seg.start:seg.stop] for n in names):
-                if n in inits:
-                    seg.initializers.append(n)
-                elif produced_at.get(n, -1) < seg.start:
-                    seg.inputs.append(n)
-            seg.outputs = [n for n in dict.fromkeys(n for outputs in made[seg.start:seg.stop] for n in outputs)
-                           if last_read.get(n, -1) >= seg.stop]
-            seg.done_with = [n for n in seg.inputs if last_read[n] < seg.stop]
-            segments.append(seg)
-        return segments
+                names: set[str] = set()
+                _subgraph_reads(node, names)
+                if names:
+                    captured[i] = sorted(names)
+        return [_Segment.planned(*c) for c in cut(reads, made, inits, {i.name for i in graph.input},
+                                                  self._output_names, segment_nodes, captured)]
 
     def _open(self, model: Any, inits: dict[str, Any]) -> None:
         """Open the segments in order: a crossing value's type comes from the session that makes it."""
