@@ -7,6 +7,7 @@ unless ``--debug`` asks for it.
 
 from __future__ import annotations
 
+import gc
 import sys
 import traceback
 
@@ -72,6 +73,17 @@ def one_line(text: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        _run(argv, debug)
+    finally:
+        if argv is None:  # the program (not a caller in-process): it ends here
+            # Its last full collection would walk every object a big model left behind, to free
+            # memory the OS takes back anyway: 0.8 s after a 200k-node compare. Frozen objects
+            # are not collected at exit; atexit hooks (temp folders, children) still run.
+            gc.freeze()
+
+
+def _run(argv: list[str] | None, debug: bool) -> None:
     try:
         code = cli.main(args=argv, prog_name="graphtool", standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
