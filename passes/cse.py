@@ -23,7 +23,7 @@ Never merged:
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 from onnx import AttributeProto, TensorProto
@@ -39,9 +39,9 @@ NONDETERMINISTIC = frozenset(
 CSE_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
 
 
-def attr_key(node: Node) -> bytes | None:
-    """The node's attributes as bytes (sorted by name); None when one is a subgraph."""
-    attrs = node._data["attrs"]  # the protos themselves: no value is converted to Python
+def attr_key(attrs: Mapping[str, Any]) -> bytes | None:
+    """An op's attributes (``OpData.attrs``: the protos, no value converted to Python) as bytes,
+    sorted by name; None when one is a subgraph."""
     parts = []
     for name in sorted(attrs):
         proto = attrs[name]
@@ -114,9 +114,12 @@ def constant_tensor(node: Node) -> Tensor | None:
 
 
 def _merge(graph: Graph, dup: Node, keep_outputs: list[str]) -> bool:
-    pairs = [(k, d) for k, d in zip(keep_outputs, dup.outputs) if d]
-    if any(not k for k, _ in pairs):
-        return False
+    pairs = []
+    for kept, dropped in zip(keep_outputs, dup.outputs):
+        if dropped:
+            if not kept:
+                return False  # the kept op leaves out an output the duplicate makes
+            pairs.append((kept, dropped))
     return forward(graph, dup, pairs)
 
 
@@ -132,12 +135,13 @@ class CommonSubexpressionElimination(Pass):
         merged_ops = merged_consts = 0
         table: dict[tuple[Any, ...], Node] = {}
         for node in graph.topological_order():
-            if node.domain not in CSE_DOMAINS or node.op_type in NONDETERMINISTIC:
+            data = node._data  # the op's record, read once: this loop runs for every op
+            if data.domain not in CSE_DOMAINS or data.op_type in NONDETERMINISTIC:
                 continue
-            outputs = node.outputs
+            outputs = data.outputs
             if not outputs:
                 continue
-            if node.op_type == "Constant" and len(outputs) == 1 and not node.inputs:
+            if data.op_type == "Constant" and len(outputs) == 1 and not data.n_in:
                 tensor = constant_tensor(node)
                 if tensor is not None:
                     earlier = constants.find_or_add(outputs[0], tensor)
@@ -146,10 +150,10 @@ class CommonSubexpressionElimination(Pass):
                         if graph.is_output(outputs[0]):
                             constants.renamed[earlier] = outputs[0]
                     continue
-            attrs = attr_key(node)
+            attrs = attr_key(data.attrs) if data.attrs else b""  # most ops have none
             if attrs is None:
                 continue
-            key = (node.domain or "", node.op_type, tuple(node.inputs), len(outputs), attrs)
+            key = (data.domain or "", data.op_type, data.inputs, len(outputs), attrs)
             first = table.get(key)
             if first is None or not graph.has_node(first):
                 table[key] = node

@@ -116,9 +116,9 @@ def forward(graph: Graph, node: Node, pairs: list[tuple[str, str]]) -> bool:
     not listed must be unused.
     """
     renames = [(s, d) for s, d in pairs if graph.is_output(d)]
-    if any(not can_take_name(graph, s) for s, _ in renames):
+    if renames and any(not can_take_name(graph, s) for s, _ in renames):
         return False
-    if len({s for s, _ in renames}) != len(renames):
+    if renames and len({s for s, _ in renames}) != len(renames):
         return False  # one value cannot take two output names
     for src, dst in pairs:
         if not graph.is_output(dst):

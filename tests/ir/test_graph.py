@@ -61,6 +61,52 @@ def test_replace_all_uses_and_remove_keep_graph_valid():
     onnx.checker.check_model(to_onnx(m), full_check=True)
 
 
+def _graph(nodes, outputs=("y",)):
+    """A one-graph model of float [2] values read from x (and bool c), loaded."""
+    def infos(names, dtype=TensorProto.FLOAT, shape=(2,)):
+        return [helper.make_tensor_value_info(n, dtype, list(shape)) for n in names]
+
+    graph = helper.make_graph(nodes, "g", infos(["x"]) + infos(["c"], TensorProto.BOOL, ()), infos(outputs))
+    return io.load_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])).graph
+
+
+def test_replace_all_uses_moves_every_slot_and_keeps_the_order_of_edges():
+    """What one slot at a time would leave: a reader keeps its place among the new value's
+    readers and its slots in order; the new value joins the reader's inputs last."""
+    g = _graph([helper.make_node("Relu", ["x"], ["old"]), helper.make_node("Abs", ["x"], ["new"]),
+                helper.make_node("Sum", ["new", "old", "old"], ["s"]), helper.make_node("Add", ["old", "x"], ["t"]),
+                helper.make_node("Add", ["s", "t"], ["y"])])
+    total, add = g.producer("s"), g.producer("t")
+    g.replace_all_uses("old", "new")
+    assert total.inputs == ["new", "new", "new"] and add.inputs == ["new", "x"]
+    assert g.uses("new") == [(total, 0), (total, 1), (total, 2), (add, 0)] and g.uses("old") == []
+    assert list(g.nx.pred[add.id]) == ["x", "new"] and list(g.nx.pred[total.id]) == ["new"]
+    assert g._in_order  # Abs, which makes "new", comes before every reader
+
+
+def test_replace_all_uses_with_a_value_made_later_clears_the_load_order():
+    g = _graph([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["n"]),
+                helper.make_node("Abs", ["x"], ["b"]), helper.make_node("Add", ["n", "b"], ["y"])])
+    g.replace_all_uses("a", "b")  # Neg, second in the file, now reads what the third op makes
+    assert not g._in_order
+    order = [n.op_type for n in g.topological_order()]
+    assert order.index("Abs") < order.index("Neg")
+
+
+def test_replace_all_uses_follows_into_subgraphs_that_read_both_values():
+    then_g = helper.make_graph([helper.make_node("Neg", ["old"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])])
+    else_g = helper.make_graph([helper.make_node("Add", ["old", "new"], ["e"])], "else", [],
+                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])])
+    g = _graph([helper.make_node("Relu", ["x"], ["old"]), helper.make_node("Abs", ["x"], ["new"]),
+                helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)])
+    branch = g.nodes("If")[0]
+    g.replace_all_uses("old", "new")
+    assert [(v, k) for v, _, k in g.nx.in_edges(branch.id, keys=True)] == [("c", 0), ("new", CAPTURE)]
+    assert [sub.free_values() for sub in branch.subgraphs()] == [["new"], ["new"]]
+    assert branch.attrs["else_branch"].producer("e").inputs == ["new", "new"]
+
+
 def test_add_node_lands_near_its_anchor_in_saved_order():
     m = _load("dead_branch")
     g = m.graph
