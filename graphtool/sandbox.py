@@ -265,9 +265,9 @@ OWN_CHILD_NODES = 20_000  # a smaller model's jobs share the main child: a secon
 # verification), while graphtool's passes and ORT's optimizer are on the way to them. On 2 cores a
 # 200k-node compare took 14.5 s instead of 15.4 with the reference at +5 (+10: 14.9).
 NICENESS = {"reference": 5}
-# Children whose ORT runs with mimalloc (``graphtool.allocator``): the one that builds ORT's
-# optimized graphs. Its level-1 session on that 200k-node model: 9.2 s → 6.8 s.
-PRELOADED = {"ort"}
+# Children whose ORT runs with mimalloc (``graphtool.allocator``): those that build ORT's
+# optimized graphs (``compare.run.ORT_CHILDREN``). Level 1 on that 200k-node model: 9.2 s → 6.8 s.
+PRELOADED = {"ort", "ort-b"}
 
 
 def child_for(name: str, nodes: int) -> str:

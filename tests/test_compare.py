@@ -296,3 +296,29 @@ def test_oversized_region_is_untraced():
     rewritten = io.load_proto(tiny([helper.make_node("Relu", ["x"], ["v40"])], ["x"], ["v40"]))
     assert [f.kind for f in trace_fusions(original, rewritten, max_region=100).fusions] == ["fused"]
     assert [f.kind for f in trace_fusions(original, rewritten, max_region=10).fusions] == ["untraced"]
+
+
+def test_big_model_levels_take_turns_between_two_ort_children(monkeypatch):
+    """On a big model each level's ORT job runs in a child of its own kind, turn by turn (the next
+    level builds while this one's outputs run): the report is the one a single child gives, and
+    both ORT children served it."""
+    from graphtool import sandbox
+    from graphtool.compare.run import ORT_CHILDREN
+
+    model = io.load(f"{FIXTURES}/conv_bn.onnx")
+    monkeypatch.setattr(sandbox, "SESSIONS", True)
+    try:
+        alone = compare(model, levels=[1, 2, 3], target="onnx")
+        used: list[str] = []
+        child_for = sandbox.child_for
+        monkeypatch.setattr(sandbox, "child_for", lambda name, nodes: used.append(name) or child_for(name, 10**9))
+        turns = compare(model, levels=[1, 2, 3], target="onnx")
+        assert all(sandbox._WORKERS[name].proc is not None for name in ORT_CHILDREN)
+    finally:
+        sandbox.shutdown()
+    assert [u for u in used if u in ORT_CHILDREN] == ["ort", "ort-b", "ort"]
+    # level 3's NCHWc value names carry a counter ORT bumps per session: its histogram must agree
+    assert turns["levels"][2]["ort"]["op_histogram"] == alone["levels"][2]["ort"]["op_histogram"]
+    for report in (turns, alone):
+        del report["levels"][2]
+    assert json.dumps(turns, sort_keys=True) == json.dumps(alone, sort_keys=True)

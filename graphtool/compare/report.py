@@ -217,8 +217,11 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
     }
     index = None
     traced: OurSide | None = None  # graphtool's side, one level at a time (its session open meanwhile)
-    # ORT optimizes while graphtool does
-    pending = started if started is not None else ort_job(model, levels[0]) if levels else None
+    # ORT optimizes while graphtool does: the next level builds in the other ORT child while this
+    # one's outputs run, and the level after next starts in this level's child once it is done
+    pending: dict[int, sandbox.Background] = {}
+    if levels:
+        pending[levels[0]] = started if started is not None else ort_job(model, levels[0])
     for i, level in enumerate(levels):
         our_level = graphtool_level_for(level, target)
         if our_level not in ours:
@@ -230,9 +233,9 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
             traced.traced(model, index)
         if on_step:
             on_step(f"onnxruntime level {level} ({ORT_LEVELS[level]})")
-        assert pending is not None
-        ort_model, ort_session = pending.result()
-        pending = ort_job(model, levels[i + 1]) if i + 1 < len(levels) else None
+        ort_model, ort_session = pending.pop(level).result()
+        if i + 1 < len(levels) and levels[i + 1] not in pending:
+            pending[levels[i + 1]] = ort_job(model, levels[i + 1], turn=i + 1)
         entry = compare_level(model, ours[our_level], level, target, ort_model=ort_model, seed=seed, feeds=feeds,
                               original_outputs=original_outputs, ort_session=ort_session, index=index,
                               ours=traced, reference=reference)
@@ -240,6 +243,8 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
             side = reference.result()
             feeds, original_outputs, reference = side.input_sets[0].feeds, side.expected[0], None
         del ort_session  # its child-side session closes before the next level's opens
+        if i + 2 < len(levels):
+            pending[levels[i + 2]] = ort_job(model, levels[i + 2], turn=i + 2)
         if models is not None:
             models[level] = (ort_model, ours[our_level])
         entry["graphtool_level"] = our_level  # L3 compares against graphtool's L2 until it has L3 passes
