@@ -6,7 +6,7 @@ a big graph that glibc's malloc serves badly: a level-1 session on a 200k-node f
 and ``unlink_chunk``. With mimalloc preloaded it takes 6.6-6.9 s, the same graph. Sessions that
 only run a graph gain nothing (a 200k-node session with ORT off: 9.3 s either way; segmented
 verification sessions were 0.3-0.5 s slower with it), so only the child that builds ORT's
-optimized graphs gets it (``sandbox.PRELOADED``).
+optimized graphs gets it (``sandbox.PRELOADED``, ``sandbox.ORT_CHILDREN``).
 
 mimalloc comes from the ``cmeel-mimalloc`` wheel (Linux). Without it, or with
 ``GRAPHTOOL_ALLOCATOR=system``, children run with the system's malloc: slower, never different.

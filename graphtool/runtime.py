@@ -56,21 +56,21 @@ def make_session(model: Model | str | bytes, level: str = "off", threads: int = 
     ``plan``: where to cut a path's or bytes' big graph (``graphtool.segment_plan``; an IR
     model's is worked out here)."""
     from graphtool import io, sandbox
-    from graphtool.segment_plan import segment_plan
+    from graphtool.segment_plan import session_bytes
 
     if sandbox.sessions_enabled() and not local:  # in the reused child, under its memory and time limits
         return sandbox.remote_session(model, level, threads, optimized_path, plan)  # type: ignore[return-value]
     opts = session_options(level, threads, optimized_path, mem_pattern=local)
+    segment = level == "off" and not optimized_path and not local
     try:
         if isinstance(model, Model):
             if io.wants_external(model):
                 with tempfile.TemporaryDirectory() as tmp:
                     path = os.path.join(tmp, "model.onnx")
                     io.save(model, path, external=True)
-                    return _open(path, opts, segment=level == "off" and not optimized_path and not local)
-            plan = segment_plan(model) if level == "off" and not optimized_path and not local else None
-            model = io.to_bytes(model)
-        return _open(model, opts, segment=level == "off" and not optimized_path and not local, plan=plan)
+                    return _open(path, opts, segment=segment)
+            model, plan = session_bytes(model, segment)
+        return _open(model, opts, segment=segment, plan=plan)
     except (ort.capi.onnxruntime_pybind11_state.Fail, ort.capi.onnxruntime_pybind11_state.InvalidGraph,
             ort.capi.onnxruntime_pybind11_state.InvalidArgument, ort.capi.onnxruntime_pybind11_state.NotImplemented,
             ort.capi.onnxruntime_pybind11_state.RuntimeException,

@@ -265,9 +265,14 @@ OWN_CHILD_NODES = 20_000  # a smaller model's jobs share the main child: a secon
 # verification), while graphtool's passes and ORT's optimizer are on the way to them. On 2 cores a
 # 200k-node compare took 14.5 s instead of 15.4 with the reference at +5 (+10: 14.9).
 NICENESS = {"reference": 5}
-# Children whose ORT runs with mimalloc (``graphtool.allocator``): those that build ORT's
-# optimized graphs (``compare.run.ORT_CHILDREN``). Level 1 on that 200k-node model: 9.2 s → 6.8 s.
-PRELOADED = {"ort", "ort-b"}
+# The children that build ORT's optimized graphs of a big model (``compare``): its levels take turns
+# between them, so the next level's session builds in one while the previous level's outputs run
+# in the session that made its graph, in the other. In one child the outputs waited behind the next
+# build, and graphtool with them: a 200k-node compare of levels 1-3 took 38-45 s, idle for 15.
+ORT_CHILDREN = ("ort", "ort-b")
+# Children whose ORT runs with mimalloc (``graphtool.allocator``): the optimizing ones. Level 1 on
+# that 200k-node model: 9.2 s → 6.8 s.
+PRELOADED = frozenset(ORT_CHILDREN)
 
 
 def child_for(name: str, nodes: int) -> str:
@@ -449,7 +454,7 @@ def remote_session(model: Any, level: str, threads: int, optimized_path: str | N
     ``plan``: the cuts of a path's or bytes' big graph (an IR model's are worked out here)."""
     from graphtool import io
     from graphtool.ir.model import Model
-    from graphtool.segment_plan import segment_plan
+    from graphtool.segment_plan import session_bytes
 
     if isinstance(model, Model):
         if io.wants_external(model):
@@ -457,8 +462,7 @@ def remote_session(model: Any, level: str, threads: int, optimized_path: str | N
                 path = os.path.join(tmp, "model.onnx")
                 io.save(model, path, external=True)
                 return RemoteSession(path, level, threads, optimized_path)
-        plan = segment_plan(model) if level == "off" and not optimized_path else None
-        model = io.to_bytes(model)
+        model, plan = session_bytes(model, level == "off" and not optimized_path)
     return RemoteSession(os.fspath(model) if not isinstance(model, bytes) else model, level, threads, optimized_path,
                          plan=plan)
 

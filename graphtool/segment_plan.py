@@ -41,6 +41,15 @@ def _plan(graph: Graph, order: list[int], segment_nodes: int) -> Plan | None:
     return {"nodes": len(order), "segments": cuts}
 
 
+def session_bytes(model: Model, segment: bool = True) -> tuple[bytes, Plan | None]:
+    """What a session of ``model`` (ORT's optimizations off) is opened from: its bytes, and where
+    to cut them when ``segment``. ``io.to_bytes`` walks ``topological_ids()``, the order the
+    plan describes."""
+    from graphtool import io
+
+    return io.to_bytes(model), segment_plan(model) if segment else None
+
+
 def plan_for(source: Any, model: Model | None) -> Plan | None:
     """The plan to send with ``source`` (bytes ``io.to_bytes`` made of ``model``, or the file
     ``model`` was loaded from, untouched since), or None."""

@@ -303,7 +303,6 @@ def test_big_model_levels_take_turns_between_two_ort_children(monkeypatch):
     level builds while this one's outputs run): the report is the one a single child gives, and
     both ORT children served it."""
     from graphtool import sandbox
-    from graphtool.compare.run import ORT_CHILDREN
 
     model = io.load(f"{FIXTURES}/conv_bn.onnx")
     monkeypatch.setattr(sandbox, "SESSIONS", True)
@@ -313,10 +312,10 @@ def test_big_model_levels_take_turns_between_two_ort_children(monkeypatch):
         child_for = sandbox.child_for
         monkeypatch.setattr(sandbox, "child_for", lambda name, nodes: used.append(name) or child_for(name, 10**9))
         turns = compare(model, levels=[1, 2, 3], target="onnx")
-        assert all(sandbox._WORKERS[name].proc is not None for name in ORT_CHILDREN)
+        assert all(sandbox._WORKERS[name].proc is not None for name in sandbox.ORT_CHILDREN)
     finally:
         sandbox.shutdown()
-    assert [u for u in used if u in ORT_CHILDREN] == ["ort", "ort-b", "ort"]
+    assert [u for u in used if u in sandbox.ORT_CHILDREN] == ["ort", "ort-b", "ort"]
     # level 3's NCHWc value names carry a counter ORT bumps per session: its histogram must agree
     assert turns["levels"][2]["ort"]["op_histogram"] == alone["levels"][2]["ort"]["op_histogram"]
     for report in (turns, alone):

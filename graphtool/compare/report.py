@@ -146,7 +146,7 @@ class OurSide:
 
     def __init__(self, optimized: Model) -> None:
         from graphtool.runtime import make_session
-        from graphtool.segment_plan import segment_plan
+        from graphtool.segment_plan import session_bytes
 
         self.optimized = optimized
         self._opening = None
@@ -154,8 +154,7 @@ class OurSide:
             # The bytes and the cuts are made here, before the original is indexed: in the job's
             # thread they shared the interpreter with the index and ORT's graph being read, and
             # the child started ORT 1.8 s later instead of 0.65 s.
-            source: Model | bytes = optimized if io.wants_external(optimized) else io.to_bytes(optimized)
-            plan = segment_plan(optimized) if isinstance(source, bytes) else None
+            source, plan = (optimized, None) if io.wants_external(optimized) else session_bytes(optimized)
             self._opening = sandbox.Background(lambda: make_session(source, plan=plan))
         self._session: Any = None
         self._trace: Trace | None = None

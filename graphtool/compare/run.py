@@ -58,19 +58,12 @@ def _ort_optimized_source(source: bytes | str, level: int, tmp: str) -> tuple[Mo
     return optimized, session
 
 
-# A big model's ORT jobs take turns between two children: the next level's session builds in one
-# while the previous level's outputs run in the session that made its graph, in the other. In one
-# child the outputs waited behind the next build, and graphtool with them: a 200k-node compare of
-# levels 1-3 took 38-45 s, idle for 15 of them.
-ORT_CHILDREN = ("ort", "ort-b")
-
-
 def ort_job(model: Model, level: int, turn: int = 0) -> sandbox.Background:
     """``ort_optimized_session`` started now (a big model's in a child of its own, the
-    ``turn``-th of ``ORT_CHILDREN``), so ORT optimizes the model while graphtool does (on 200k
+    ``turn``-th of ``sandbox.ORT_CHILDREN``), so ORT optimizes the model while graphtool does (on 200k
     nodes each takes seconds)."""
     return sandbox.Background(lambda: ort_optimized_session(model, level),
-                              child=sandbox.child_for(ORT_CHILDREN[turn % 2], model.node_count()))
+                              child=sandbox.child_for(sandbox.ORT_CHILDREN[turn % 2], model.node_count()))
 
 
 def ort_job_from_file_bytes(data: bytes, nodes: int, level: int) -> sandbox.Background | None:
@@ -85,7 +78,7 @@ def ort_job_from_file_bytes(data: bytes, nodes: int, level: int) -> sandbox.Back
         with tempfile.TemporaryDirectory(prefix="graphtool-ort-") as tmp:
             return _ort_optimized_source(data, level, tmp)
 
-    return sandbox.Background(job, child=sandbox.child_for(ORT_CHILDREN[0], nodes))
+    return sandbox.Background(job, child=sandbox.child_for(sandbox.ORT_CHILDREN[0], nodes))
 
 
 class EarlyORT:
