@@ -12,7 +12,7 @@ all children):
    both models must be byte-identical; bytes each pass materialized (``Tensor.numpy``) and the RSS
    high-water mark after each pass are recorded, so a pass that reads too much is named.
 4. The same architecture at a small width is optimized and verified through onnxruntime
-   (``graphtool.verify``): the numeric check of step 3 on a slice that fits a test run.
+   (``graphtool.verify.verification``): the numeric check of step 3 on a slice that fits a test run.
 
     python bench/big_external.py                 # 2.3 GB and 4.6 GB models
     python bench/big_external.py --layers 3      # only the 2.3 GB one

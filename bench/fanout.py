@@ -44,7 +44,7 @@ if repo:
     sys.meta_path.insert(0, RepoPasses())
 sys.argv[0] = "graphtool"
 from graphtool.cli import main
-from graphtool import sandbox
+from graphtool.runtime import sandbox
 try:
     main()
 finally:

@@ -2,7 +2,7 @@
 
 Each tool runs in its own process (bench/peers.py): nodes after (subgraph nodes counted),
 seconds, peak RSS, file size. Every result is then run against the original in onnxruntime on the
-inputs graphtool's verification discovers for the original (graphtool.verify.find_inputs), so a
+inputs graphtool's verification discovers for the original (graphtool.verify.verification.find_inputs), so a
 peer's result counts only if it loads and gives the original's outputs; wrong or unloadable
 results are marked and never counted as best.
 

@@ -6,7 +6,7 @@ fresh subprocess so one step's heap never slows the next:
 * graphtool ``io.load`` + ``io.save`` against onnx_ir ``ir.load`` + ``ir.save`` on the same file;
 * ``optimize(model, level=N, target=T)`` with whatever passes are registered (``--level``, default 1;
   ``--target onnx|ort``, default onnx);
-* ``graphtool.diff.diff(model, optimized)`` when that module exists.
+* ``graphtool.diff.run.diff(model, optimized)`` when that module exists.
 
 The verdict compares CPU seconds (``time.process_time``), which the other jobs on a shared
 machine disturb far less than wall time; wall seconds are shown beside them. A step passes when

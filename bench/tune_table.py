@@ -10,7 +10,7 @@ this process, opens in one interleaved run (same threads, every session alive at
 rotated each round, a 5 ms pause before each run of a multi-threaded session so the previous pool's
 spinning threads park):
 
-* the tuned model with ``graphtool.runtime.session_for(OUT)`` (the settings tune saved, reopened in a
+* the tuned model with ``graphtool.runtime.session.session_for(OUT)`` (the settings tune saved, reopened in a
   fresh process: issue 17's point 3), in two sessions ("tuned", "tuned #2");
 * the original under onnxruntime basic / extended / all, at all in ``--orig-sessions`` sessions
   (default 3: "orig all", "orig all #2", ...). Sessions of one model and settings keep an offset of
@@ -24,7 +24,7 @@ spinning threads park):
 
 Each output is compared with the original's (max abs diff) before timing. Rounds continue (at least
 ``--min-rounds``) until the tuned model and the fastest other cell are separated by the paired
-bootstrap of graphtool.tune.confidence (95%), or ``--max-rounds`` / ``--seconds`` run out. The cell is
+bootstrap of graphtool.tune.search.confidence (95%), or ``--max-rounds`` / ``--seconds`` run out. The cell is
 the median of ``time.process_time`` (CPU time) around ``session.run`` at one thread, and of
 ``time.perf_counter`` (wall) at more: a multi-threaded run's CPU time adds up its threads (and their
 spinning), which is not its latency. Both are kept in the results file (JSON lines, one per row),
@@ -181,7 +181,7 @@ def session_label(cell: str, index: int) -> str:
 
 def pooled(samples: dict[str, list[float]], groups: dict[str, list[str]]) -> dict[str, list[float]]:
     """Per cell, the per-round mean over its sessions (a cell of one session: its samples)."""
-    from graphtool.tune_race import round_means
+    from graphtool.tune import round_means
 
     by_round = {label: dict(enumerate(runs)) for label, runs in samples.items()}
     return {cell: list(round_means(by_round, labels).values()) for cell, labels in groups.items()}
@@ -195,7 +195,7 @@ def cell_medians(samples: dict[str, list[float]], groups: dict[str, list[str]]) 
 
 def session_spread(session_ms: dict[str, float], same: list[list[str]]) -> float:
     """The largest max/min - 1 of the session medians within one configuration."""
-    from graphtool.tune_stats import session_gap
+    from graphtool.tune import session_gap
 
     return max((session_gap([session_ms[s] for s in group]) for group in same), default=0.0)
 

@@ -67,7 +67,7 @@ def verify(original: Model, rewritten: Model, feeds: dict[str, np.ndarray] | Non
            **options: Any) -> Verification:
     """Run both models in onnxruntime on the same input sets and compare every output.
 
-    Without ``feeds`` the inputs are discovered (graphtool.discover); the result says how, which
+    Without ``feeds`` the inputs are discovered (graphtool.verify.discover); the result says how, which
     If branches ran, and which rewrites stayed unverified."""
     from graphtool.verify import verify as run
 
@@ -106,8 +106,8 @@ def tune(path: str | os.PathLike[str], output: str | os.PathLike[str], budget: f
          threads: int | None = None, feeds: dict[str, np.ndarray] | None = None, **options: Any) -> dict[str, Any]:
     """Measure graphtool's rewrite sets x onnxruntime's settings on this machine and write the
     fastest verified model to ``output`` with its settings in ``output.session.json``
-    (``graphtool.runtime.session_for(output)`` opens it so); returns the report ``tune --json`` prints."""
-    from graphtool.tune_ort import tune_file
+    (``graphtool.runtime.session.session_for(output)`` opens it so); returns the report ``tune --json`` prints."""
+    from graphtool.tune import tune_file
 
     return tune_file(os.fspath(path), os.fspath(output), target=target, threads=threads, budget=budget,
                      feeds=feeds, **options).as_dict()

@@ -20,7 +20,7 @@ this module adds what a user needs to trust the result:
 3. The result is checked (``graphtool.check``, ONNX rules only): a conversion that produces
    errors the original did not have is refused (the converter sometimes writes a model that
    loads nowhere, e.g. ReduceMean-18 → 17 keeping ``noop_with_empty_axes``).
-4. Outputs are compared through onnxruntime (``graphtool.verify``) on seeded random inputs;
+4. Outputs are compared through onnxruntime (``graphtool.verify.verification``) on seeded random inputs;
    the caller decides what a mismatch means (the CLI: exit 1, no file written).
 
 Function bodies: a body whose ops all keep their definition between its opset and the target

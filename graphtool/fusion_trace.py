@@ -7,7 +7,7 @@ node replaced. Nodes joined by values the original never had (NCHWc ``reorder_to
 names) are traced together as one cluster. See ``trace_fusions``.
 
 Used by ``graphtool compare`` (ORT's rewrites beside graphtool's) and by ``graphtool diff``'s
-summary (``graphtool.diff_summary``: ``Conv+BatchNormalization → Conv ×53``). It needs value
+summary (``graphtool.diff.summary``: ``Conv+BatchNormalization → Conv ×53``). It needs value
 names kept across the rewrite; a pair of unrelated or wholly renamed models traces as
 "untraced" clusters, never as invented fusions.
 """

@@ -12,7 +12,7 @@ import onnx
 from graphtool.ir.graph import Graph
 from graphtool.ir.model import Model
 from graphtool.ir.tensor import dtype_name
-from graphtool.ort_kernels import has_cpu_kernel, is_function_op
+from graphtool.runtime import has_cpu_kernel, is_function_op
 
 
 def _shape_str(graph: Graph, name: str) -> dict[str, Any]:

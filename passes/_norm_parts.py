@@ -171,7 +171,7 @@ def ort_below_17(graph: Graph, ctx: PassContext) -> bool:
     """``--target ort`` below opset 17: onnxruntime registers LayerNormalization in the default
     domain from version 1 (its own schema; its LayerNormFusion emits it there), so the fused op
     runs in ORT though ONNX's checker does not know it. Main graph tree only, like contrib ops."""
-    from graphtool.ort_kernels import ort_registers
+    from graphtool.runtime import ort_registers
 
     root = graph
     while root.parent is not None:

@@ -23,7 +23,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from graphtool.ir.graph import Graph, Node
-from graphtool.ort_kernels import has_cpu_kernel
+from graphtool.runtime import has_cpu_kernel
 from graphtool.pass_manager import PassContext
 from graphtool.passes._fuse_common import STANDARD_DOMAINS, is_op
 from graphtool.shapes import dims_of

@@ -5,7 +5,7 @@ Each such tensor gets a ``SymValue``: its elements, each an ``int`` (static), a 
 symbolic dim) or a ``(value, i)`` token ("dim i of value", when nothing better is known), computed
 in one topological sweep through the ops in ``SHAPE_OPS``. Dims of the tensors that ``Shape``
 reads come from a ``DimsView``: the graph's declarations first, the pass context's shape oracle
-(graphtool.shapes) where they fall short.
+(graphtool.shapes.oracle) where they fall short.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Callable, Optional, Union
 import numpy as np
 from onnx import TensorProto
 
-from graphtool.evaluate import is_constant
+from graphtool.runtime import is_constant
 from graphtool.ir.graph import Graph, Node
 from graphtool.pass_manager import PassContext
 

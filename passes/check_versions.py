@@ -29,7 +29,7 @@ from graphtool.check import (
 )
 from graphtool.ir.graph import Graph
 from graphtool.ir.model import Model
-from graphtool.ort_kernels import schema_version
+from graphtool.runtime import schema_version
 from graphtool.pass_manager import Pass, PassContext, PassResult, register
 
 STANDARD = ("", "ai.onnx.ml", "ai.onnx.training", "ai.onnx.preview", "ai.onnx.preview.training")

@@ -28,7 +28,7 @@ Refused: values with an element nothing is known about, dtypes other than int32/
 graph outputs (their producers stay), and in subgraphs and functions rewrites 3–4.
 
 Shapes come from the graph's value_info and, where that lacks them, from the pass context's
-shape oracle (graphtool.shapes: ONNX inference over the whole model, rerun after the model
+shape oracle (graphtool.shapes.oracle: ONNX inference over the whole model, rerun after the model
 changed), consulted only when a declaration falls short. Shapes the user fixed
 (``ctx.input_shapes``) are written into the model's input declarations first.
 """
@@ -38,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper, numpy_helper
 
-from graphtool.evaluate import is_constant, place_constant
+from graphtool.runtime import is_constant, place_constant
 from graphtool.ir.graph import Graph, Node
 from graphtool.pass_manager import Pass, PassContext, PassResult, register
 from graphtool.passes._shape_values import MAX_REBUILD, SHAPE_OPS, Dim, DimsView, SymValue, propagate, tokens

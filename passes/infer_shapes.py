@@ -3,7 +3,7 @@
 Exporters often declare shapes only for graph inputs and outputs. Passes that must prove a rank
 or a shape before rewriting (MatMul+Add → Gemm needs 2-D operands, a Reshape is a no-op only if
 the input already has the target shape) then refuse. onnxsim keeps inferred shapes for the same
-reason. This pass reads the shape oracle (graphtool.shapes) and writes a value_info entry
+reason. This pass reads the shape oracle (graphtool.shapes.oracle) and writes a value_info entry
 for each value that has none yet, but only when every dim is a known number: symbolic dims from
 inference (``unk__N``) are guesses about equality that other passes must not trust.
 

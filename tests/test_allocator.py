@@ -6,7 +6,9 @@ import os
 
 import pytest
 
-from graphtool import allocator, io, sandbox
+from graphtool import io
+from graphtool.runtime import allocator
+from graphtool.runtime import sandbox
 from graphtool.compare import ort_optimized
 from tests.conftest import light_model
 

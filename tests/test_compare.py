@@ -302,7 +302,7 @@ def test_big_model_levels_take_turns_between_two_ort_children(monkeypatch):
     """On a big model each level's ORT job runs in a child of its own kind, turn by turn (the next
     level builds while this one's outputs run): the report is the one a single child gives, and
     both ORT children served it."""
-    from graphtool import sandbox
+    from graphtool.runtime import sandbox
 
     model = io.load(f"{FIXTURES}/conv_bn.onnx")
     monkeypatch.setattr(sandbox, "SESSIONS", True)

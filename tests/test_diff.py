@@ -1,4 +1,4 @@
-"""graphtool.diff: matching (structure, names, neighbours) and the classification of changes."""
+"""graphtool.diff.run: matching (structure, names, neighbours) and the classification of changes."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphtool import io
 from graphtool.diff import ADDED, CHANGED, REMOVED, diff
-from graphtool.diff_text import format_diff
+from graphtool.diff import format_diff
 from tests.conftest import FIXTURES, count_calls, light_model
 from tests.render.models import hand_edit, scramble
 

@@ -1,4 +1,4 @@
-"""graphtool.diff_hashes: the value-id view the hashes and pair checks read instead of names
+"""graphtool.diff.hashes: the value-id view the hashes and pair checks read instead of names
 must say exactly what the graph says (producers, uses, captures by subgraphs)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphtool import io
 from graphtool.diff import diff
-from graphtool import diff_hashes
-from graphtool.diff_hashes import NONE, Hashes, positional_tokens
-from graphtool.diff_match import Matcher
+from graphtool.diff import hashes as diff_hashes
+from graphtool.diff import NONE, Hashes, positional_tokens
+from graphtool.diff import Matcher
 from graphtool.ir.model import Model
 from graphtool.optimize import optimize
 from tests.conftest import FIXTURES, light_model

@@ -1,4 +1,4 @@
-"""graphtool.diff_summary / diff_text: a diff told as a story — grouped, named, on one screen.
+"""graphtool.diff.summary / diff_text: a diff told as a story — grouped, named, on one screen.
 
 Real models and what graphtool's optimizer makes of them (the pair people diff), plus real
 models edited in one place where a group kind needs a change no optimizer makes.
@@ -14,10 +14,10 @@ from onnx import helper, numpy_helper
 
 from graphtool import io
 from graphtool.diff import ADDED, CHANGED, REMOVED, DiffResult, diff
-from graphtool.diff_summary import (
+from graphtool.diff import (
     CONST_INIT, DEAD, FOLDED, FUSION, GRAPH, RENAMED, WEIGHTS, ChangeGroup, summarize,
 )
-from graphtool.diff_text import MAX_LINES, format_diff
+from graphtool.diff import MAX_LINES, format_diff
 from graphtool.ir.model import Model
 from graphtool.optimize import optimize
 from tests.conftest import FIXTURES, light_model

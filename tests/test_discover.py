@@ -18,7 +18,7 @@ import pytest
 from onnx import numpy_helper
 
 from graphtool import io
-from graphtool.discover import InputSpec, compared_values, id_bounds, metadata_sizes, shape_plan
+from graphtool.verify import InputSpec, compared_values, id_bounds, metadata_sizes, shape_plan
 from graphtool.errors import ModelDoesNotRun
 from graphtool.optimize import optimize
 from graphtool.verify import verify

@@ -1,4 +1,4 @@
-"""graphtool.evaluate: batched constant evaluation, exact numpy kernels, and what may fold."""
+"""graphtool.runtime.evaluate: batched constant evaluation, exact numpy kernels, and what may fold."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphtool import io
-from graphtool.evaluate import can_fold, evaluate, foldable_region, frontier, is_constant, numpy_kernel
+from graphtool.runtime import can_fold, evaluate, foldable_region, frontier, is_constant, numpy_kernel
 from graphtool.runtime import session_options
 
 
@@ -105,7 +105,7 @@ def test_what_may_fold(node, ok):
     inits = [_c("a", np.ones(2, np.float32)), _c("ratio", np.float32(0.5)), _c("train", np.array(True)),
              _c("no_train", np.array(False))]
     m = io.load_proto(_model([node], [], [_out("y")], inits, functions=[fn]))
-    from graphtool.evaluate import local_function_ops
+    from graphtool.runtime import local_function_ops
 
     assert can_fold(m.graph.nodes()[0], local_function_ops(m), 17) is ok
 
@@ -186,7 +186,7 @@ def test_numpy_kernel_declines_what_it_cannot_prove():
 def test_numpy_kernels_equal_onnxruntime_on_the_onnx_node_tests():
     """Every ONNX node test of an op with a numpy kernel: where the kernel answers, its answer is
     onnxruntime's bit for bit (same dtype, shape and bytes; NaNs in the same places)."""
-    from graphtool.numpy_kernels import _KERNELS
+    from graphtool.runtime.numpy_kernels import _KERNELS
     from graphtool.runtime import make_session
     from tests.corpus.node_cases import node_testcases
 

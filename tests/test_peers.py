@@ -8,7 +8,7 @@ import onnx
 
 from graphtool import io
 from graphtool.optimize import optimize
-from graphtool.peers import compare_peers, format_peers, missing
+from graphtool.compare import compare_peers, format_peers, missing
 from tests.conftest import FIXTURES
 
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from graphtool import sandbox
+from graphtool.runtime import sandbox
 from graphtool.errors import BadModel
 from tests.bad_inputs.make_bad_inputs import fold_bomb
 
@@ -41,7 +41,7 @@ def test_child_is_reused_and_is_not_us():
     assert sandbox.call("testing", _pid) == first
 
 
-@pytest.mark.parametrize("child", ["main", "ort"])  # "ort": the child with mimalloc (graphtool.allocator)
+@pytest.mark.parametrize("child", ["main", "ort"])  # "ort": the child with mimalloc (graphtool.runtime.allocator)
 def test_ort_fold_bomb_is_one_line_not_a_kill(tmp_path, child):
     """ORT's level-1 optimizer folds 24 Expands of ~1 GB: the child hits its 2 GB limit. (Under
     1 GB the first fold already fails and ORT skips folding by itself.)"""

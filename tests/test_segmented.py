@@ -1,4 +1,4 @@
-"""A huge graph runs as segments of sessions (graphtool.segmented): the same outputs, bit for bit,
+"""A huge graph runs as segments of sessions (graphtool.runtime.segmented): the same outputs, bit for bit,
 as one session of the whole model — checked on real models cut into tiny segments."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from graphtool import runtime, segmented
+from graphtool.runtime import session as runtime
+from graphtool.runtime import segmented
 from tests.bad_inputs.make_bad_inputs import chain_model_bytes
 from tests.conftest import BACKEND_DATA
 
@@ -134,11 +135,11 @@ def test_make_session_segments_a_huge_graph_and_verification_agrees(monkeypatch)
 
 @pytest.mark.parametrize("path", [p for p in MODELS if "if_subgraph" not in p], ids=os.path.basename)
 def test_graphtools_plan_is_the_cut_the_child_finds(path: str) -> None:
-    """graphtool.segment_plan works the cuts out from the IR so the child need not read every
+    """graphtool.runtime.plan works the cuts out from the IR so the child need not read every
     node's names: for the bytes io.to_bytes makes, and for the file of a model as loaded, the
     plan is the child's own cut, and a session opened with it answers like one session."""
     from graphtool import io
-    from graphtool.segment_plan import _plan
+    from graphtool.runtime.plan import _plan
 
     model = io.load(path)
     graph = model.graph
@@ -164,7 +165,7 @@ def test_graphtools_plan_is_the_cut_the_child_finds(path: str) -> None:
 
 def test_a_plan_for_other_bytes_is_not_used() -> None:
     from graphtool import io
-    from graphtool.segment_plan import _plan
+    from graphtool.runtime.plan import _plan
 
     path = MODELS[0]
     model = io.load(path)

@@ -1,4 +1,4 @@
-"""Shape inference in segments (graphtool.shape_segments) answers exactly what one inference does."""
+"""Shape inference in segments (graphtool.shapes.segments) answers exactly what one inference does."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import graphtool.shape_segments as segments
+import graphtool.shapes.segments as segments
 from graphtool import io
 from graphtool.shapes import ShapeOracle, dims_of
 
@@ -46,7 +46,7 @@ def _tables(model, monkeypatch, segment_nodes: int):
         calls.append(real(*args, **kwargs))
         return calls[-1]
 
-    monkeypatch.setattr("graphtool.shapes.infer_in_segments", spy)
+    monkeypatch.setattr("graphtool.shapes.oracle.infer_in_segments", spy)
     cut = ShapeOracle(model)
     return whole_table, cut.table(model.graph), calls
 

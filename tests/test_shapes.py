@@ -1,4 +1,4 @@
-"""graphtool.shapes: the one shape oracle — lazy reruns, facts kept across runs, run-local symbols,
+"""graphtool.shapes.oracle: the one shape oracle — lazy reruns, facts kept across runs, run-local symbols,
 and the one call site of onnx.shape_inference."""
 
 from __future__ import annotations
@@ -75,4 +75,4 @@ def test_one_call_site_of_onnx_shape_inference():
                     path = os.path.join(dirpath, name)
                     text = open(path, encoding="utf-8").read()
                     calls += [os.path.relpath(path, ROOT)] * len(re.findall(r"shape_inference\.infer_shapes\(", text))
-    assert calls == ["graphtool/shapes.py"], calls
+    assert calls == ["graphtool/shapes/oracle.py"], calls

@@ -306,7 +306,7 @@ def test_one_thread_batches_are_timed_in_cpu_time() -> None:
     """CPU time leaves other processes' load out, but adds up a multi-threaded run's threads."""
     import time
 
-    from graphtool.tune_ort import clock_for
+    from graphtool.tune import clock_for
 
     assert clock_for([1, 1]) == ("CPU time", time.process_time)
     assert clock_for([1, 0]) == ("wall time", time.perf_counter)

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 import pytest
 
 from graphtool.tune import Candidate, tune
-from graphtool.tune_stats import session_test, t_quantile
+from graphtool.tune import session_test, t_quantile
 from tests.test_tune import FakeClock, FakeTimer, _always_ok
 
 
@@ -180,8 +180,8 @@ def test_a_win_below_the_spread_floor_is_rejected_even_when_sessions_agree(monke
     SPREAD_FLOOR/√2. Here, with the floor at 3% (the fake timer's run-to-run jitter is 2%): a 2%
     win whose fresh sessions sit 0.2% apart, confidently faster, is still not taken, even after
     six sessions a side."""
-    # graphtool.tune the module (the package re-exports the function under the same name)
-    monkeypatch.setitem(sys.modules["graphtool.tune"].__dict__, "SPREAD_FLOOR", 0.03)
+    # graphtool.tune.search the module (the package re-exports the function under the same name)
+    monkeypatch.setitem(sys.modules["graphtool.tune.search"].__dict__, "SPREAD_FLOOR", 0.03)
 
     def latency(c: Candidate) -> float:
         ms = {0: 10.0, 1: 9.8, 2: 10.5}[c.rewrite.level] + _ort_penalty(c)
@@ -269,7 +269,7 @@ def test_the_session_test_compares_sessions_within_their_step() -> None:
 def test_the_stages_leave_time_for_the_confirmation_and_one_escalation() -> None:
     """Stage 2 ends where the confirmation's first step still fits; the last stage where one more
     (two more sessions a side) fits too, at the run cost measured so far."""
-    from graphtool.tune import Limits, _Search
+    from graphtool.tune.search import Limits, _Search
 
     clock = FakeClock()
     search = _Search(FakeTimer(clock, lambda c: 0.01), _always_ok, clock, 100.0, 1, 1, lambda _s: None, Limits())

@@ -44,7 +44,8 @@ class LazyGroup(click.Group):
 def cli(ctx: click.Context, debug: bool, allow_links: bool, memory_limit: str | None, time_limit: float | None) -> None:
     """See, optimize and prove ONNX graphs."""
     ctx.ensure_object(dict)["debug"] = debug
-    from graphtool import fileguard, sandbox
+    from graphtool import fileguard
+    from graphtool.runtime import sandbox
 
     fileguard.ALLOW_LINKS = allow_links
     sandbox.configure(memory_limit=memory_limit, time_limit=time_limit)
@@ -55,10 +56,11 @@ def cli(ctx: click.Context, debug: bool, allow_links: bool, memory_limit: str | 
 
 
 def _end_of_command() -> None:
-    from graphtool import fileguard, sandbox
+    from graphtool import fileguard
+    from graphtool.runtime import sandbox
 
-    if "graphtool.verify" in sys.modules:  # a verification started early and never reached stops
-        sys.modules["graphtool.verify"].abandon_references()
+    if "graphtool.verify.verification" in sys.modules:  # a verification started early and never reached stops
+        sys.modules["graphtool.verify.verification"].abandon_references()
     sandbox.cancel_background()  # and so does any work still running in a child: its temp files go
     fileguard.ALLOW_LINKS = False
     sandbox.SESSIONS = False

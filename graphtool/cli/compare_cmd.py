@@ -62,9 +62,9 @@ def compare_command(model_path: str, levels: str, target: str, latency: bool, ru
     model_inputs = [n for n in model.graph.inputs if n not in model.graph.initializers]
     shapes, feeds, values = resolve_inputs(model_inputs, input_shapes, inputs_file, input_values)
     if peers:
-        from graphtool.discover import InputSet
+        from graphtool.verify import InputSet
         from graphtool.optimize import require_schema_valid
-        from graphtool.peers import compare_peers, format_peers
+        from graphtool.compare import compare_peers, format_peers
 
         require_schema_valid(model)  # a broken op is named as such, before onnxruntime's load error
         from graphtool.verify import find_inputs

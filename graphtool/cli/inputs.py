@@ -1,6 +1,6 @@
 """The input flags every command that runs a model shares: --inputs, --input-value, --input-shape.
 
-Verification finds inputs by itself (graphtool.discover); these flags are for the models where
+Verification finds inputs by itself (graphtool.verify.discover); these flags are for the models where
 only the user knows: a sample rate that must be 8000 or 16000, a real image, a token sequence.
 """
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import click
 
-from graphtool import io, sandbox
-from graphtool.bisect import find_culprit
+from graphtool import io
+from graphtool.runtime import sandbox
+from graphtool.verify import find_culprit
 from graphtool.cli import cli
 from graphtool.cli.inputs import input_options, resolve_inputs
 from graphtool.cli.output import emit

@@ -77,15 +77,15 @@ def diff_sections(pairs: dict[int, tuple[Model, Model]], limit: int = 300,
                   max_picture_changes: int = 400) -> list[tuple[str, str]]:
     """HTML fragments showing, per level, how graphtool's graph differs from ORT's.
 
-    graphtool.diff matches the two graphs; graphtool.render.dot draws the changed nodes (added
+    graphtool.diff.run matches the two graphs; graphtool.render.dot draws the changed nodes (added
     green, removed red, changed amber, with one hop of context) as an inline SVG, whose text dot
     and ``set_titles`` escape. Without those modules, or without Graphviz, or past
     ``max_picture_changes`` changed nodes (dot would take minutes), the diff's text summary is
-    shown instead, escaped in a <pre>. Returns [] when graphtool.diff is not available.
+    shown instead, escaped in a <pre>. Returns [] when graphtool.diff.run is not available.
     """
     try:
         from graphtool.diff import diff
-        from graphtool.diff_text import format_diff
+        from graphtool.diff import format_diff
     except ImportError:
         return []
     try:

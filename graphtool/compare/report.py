@@ -7,7 +7,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from graphtool import io, sandbox
+from graphtool import io
+from graphtool.runtime import sandbox
 from graphtool.compare.run import layout_notes, measure_latency, ort_job, ort_optimized_session, output_diffs
 from graphtool.compare.schema import ORT_LEVELS, SCHEMA
 from graphtool.fusion_trace import Fusion, Trace, index_original, trace_fusions
@@ -146,7 +147,7 @@ class OurSide:
 
     def __init__(self, optimized: Model) -> None:
         from graphtool.runtime import make_session
-        from graphtool.segment_plan import session_bytes
+        from graphtool.runtime import session_bytes
 
         self.optimized = optimized
         self._opening = None

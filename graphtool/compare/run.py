@@ -11,7 +11,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from graphtool import io, sandbox
+from graphtool import io
+from graphtool.runtime import sandbox
 from graphtool.compare.schema import LATENCY_ORT_LEVELS, ORT_LEVELS
 from graphtool.inspect import op_histogram
 from graphtool.ir.model import Model

@@ -3,7 +3,7 @@ coloured by change (added green, removed red, changed amber) with a few hops of 
 context, so a handful of changes in a big model make a readable picture.
 
 For the HTML page it also records, per changed node, the node before and after (the panel shows
-them side by side), and the diff's summary groups (``graphtool.diff_summary``) as lists of the
+them side by side), and the diff's summary groups (``graphtool.diff.summary``) as lists of the
 element ids each group accounts for, so clicking a group lights exactly its nodes.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import graphviz
 
 from graphtool.diff import ADDED, CHANGED, REMOVED, DiffResult, GraphDiff, change_text, describe, detail_text
-from graphtool.diff_summary import summarize
+from graphtool.diff import summarize
 from graphtool.ir.graph import Graph, Node
 from graphtool.render.labels import Box, Labels, value_shape
 from graphtool.render.picture import COLORS, Picture, edge_label, new_dot

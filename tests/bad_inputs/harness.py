@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import graphtool
-import graphtool.sandbox  # noqa: F401 - imported before any run moves TMPDIR (its child keeps this one)
+import graphtool.runtime.sandbox  # noqa: F401 - imported before any run moves TMPDIR (its child keeps this one)
 import onnxruntime  # noqa: F401 - its import writes a session-id file (.ses) into TMPDIR: before any run moves it
 
 from tests.bad_inputs.make_bad_inputs import COMMANDS, MODEL, Case, build

@@ -12,7 +12,7 @@ import pytest
 
 from graphtool import io
 from graphtool.diff import diff
-from graphtool.diff_summary import summarize
+from graphtool.diff import summarize
 from graphtool.render.dot import diff_picture, infer_shapes, model_picture
 from tests.conftest import FIXTURES, light_model
 from tests.render.browser import in_view, launch, open_page, visible

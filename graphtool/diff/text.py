@@ -8,8 +8,8 @@ grouped the same way (``graphtool diff --all``; ``--json`` has every change as d
 
 from __future__ import annotations
 
-from graphtool.diff import ADDED, CHANGED, REMOVED, DiffResult, NodeDiff, change_text, describe, detail_text
-from graphtool.diff_summary import CONSTANT_OPS, GRAPH, RENAMED, ChangeGroup, summarize
+from graphtool.diff.run import ADDED, CHANGED, REMOVED, DiffResult, NodeDiff, change_text, describe, detail_text
+from graphtool.diff.summary import CONSTANT_OPS, GRAPH, RENAMED, ChangeGroup, summarize
 from graphtool.fusion_trace import short_op
 from graphtool.ir.graph import Node
 

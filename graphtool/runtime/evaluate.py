@@ -4,7 +4,7 @@ Folding must give exactly what the model would compute at run time, so values co
 onnxruntime — the kernels that will run the model — in ONE session per foldable region (session
 creation, not kernel time, dominates: one session per node would cost milliseconds × nodes).
 A handful of data-movement ops (Shape, ConstantOfShape, Unsqueeze, Concat, Gather, Reshape,
-Slice, Transpose, Expand, integer Cast/Range…) are computed in numpy (graphtool.numpy_kernels), because there the
+Slice, Transpose, Expand, integer Cast/Range…) are computed in numpy (graphtool.runtime.numpy_kernels), because there the
 result is bit-identical by construction and a 411 MB ``ConstantOfShape`` weight is fastest as
 ``np.full``. If the batched session fails (an op ORT cannot run, a kernel error), the region is
 split in halves, recursively, down to single nodes; a node that still fails is reported in
@@ -28,11 +28,11 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from graphtool.ir.graph import Graph, Node, constant_node_value
 from graphtool.ir.model import Model
-from graphtool.numpy_kernels import numpy_kernel
+from graphtool.runtime.numpy_kernels import numpy_kernel
 from graphtool.ir.tensor import Tensor
 from graphtool.ir.to_onnx import node_to_proto
-from graphtool import sandbox
-from graphtool.runtime import session_options
+from graphtool.runtime import sandbox
+from graphtool.runtime.session import session_options
 
 # Inputs of one folded node (or one ORT folding session) past this are not evaluated: ORT's own
 # constant folding stops at 1 GB per output; a 24 GB Concat of broadcast views must not be tried.

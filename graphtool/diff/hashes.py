@@ -15,7 +15,7 @@ from __future__ import annotations
 from array import array
 from typing import Any, Iterable
 
-from graphtool.diff_values import canonical, constant_key, tensor_key
+from graphtool.diff.values import canonical, constant_key, tensor_key
 from graphtool.ir.graph import Graph
 
 NONE = -1  # the value id of an omitted optional input

@@ -1,6 +1,6 @@
 """The onnxruntime side of ``tune``: build each rewrite set, time sessions, micro-benchmark kernels.
 
-graphtool.tune decides; this module measures. ``OrtTimer`` implements tune's ``Timer`` protocol
+graphtool.tune.search decides; this module measures. ``OrtTimer`` implements tune's ``Timer`` protocol
 with real sessions in this process (never the sandbox child: a pipe round trip would be timed
 too), wall-clock ``perf_counter`` around ``session.run`` on the model's real inputs, candidates
 interleaved round by round so load from other processes falls on all of them alike.
@@ -25,8 +25,8 @@ from graphtool.ir.model import Model
 from graphtool.optimize import optimize
 from graphtool.pass_manager import load_builtin_and_plugins, select_passes
 from graphtool.runtime import SESSION_SUFFIX, tuned_session
-from graphtool.tune import tune
-from graphtool.tune_space import FUSED_OPS, ORT_FUSIONS, Candidate, OrtSettings, RewriteSet, TuneResult
+from graphtool.tune.search import tune
+from graphtool.tune.space import FUSED_OPS, ORT_FUSIONS, Candidate, OrtSettings, RewriteSet, TuneResult
 from graphtool.verify import ATOL, RTOL, find_inputs, verify
 
 WARMUP = 2
@@ -340,7 +340,7 @@ def _interleave(a: tuple[Any, dict], b: tuple[Any, dict], seconds: float,
 
 
 class Verifier:
-    """tune's verifier: graphtool.verify against the original, input sets found once and reused."""
+    """tune's verifier: graphtool.verify.verification against the original, input sets found once and reused."""
 
     def __init__(self, timer: OrtTimer, feeds: dict[str, np.ndarray] | None, input_shapes: dict[str, list[int]],
                  input_values: dict[str, list[Any]], rtol: float, atol: float) -> None:

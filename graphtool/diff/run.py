@@ -23,9 +23,9 @@ Subgraphs (If/Loop/Scan bodies) are diffed recursively, paired by owner node + a
 model-local functions are paired by (domain, name, overload). Renaming internal values or nodes
 is never a change; renaming a main-graph input or output is (callers feed inputs by name).
 
-The modules, by job: graphtool.diff_values (content keys, one line per change), graphtool.diff_match
+The modules, by job: graphtool.diff.values (content keys, one line per change), graphtool.diff.match
 (the phases above), this module (the results and the walk over graphs, subgraphs and functions),
-graphtool.diff_summary (the changes grouped and named), graphtool.diff_text (the report).
+graphtool.diff.summary (the changes grouped and named), graphtool.diff.text (the report).
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from graphtool.diff_changes import graph_changes, node_changes
-from graphtool.diff_match import Matcher
-from graphtool.diff_values import (
+from graphtool.diff.changes import graph_changes, node_changes
+from graphtool.diff.match import Matcher
+from graphtool.diff.values import (
     array_key, change_text, describe, detail_text, format_value, tensor_key, type_string, value_change,
 )
 from graphtool.ir.from_onnx import gc_paused_if_big
@@ -44,7 +44,7 @@ from graphtool.ir.graph import Graph, Node
 from graphtool.ir.model import Model
 
 ADDED, REMOVED, CHANGED = "added", "removed", "changed"
-__all__ = [  # the value helpers are re-exported: graphtool.diff is where callers look for them
+__all__ = [  # the value helpers are re-exported: graphtool.diff.run is where callers look for them
     "ADDED", "REMOVED", "CHANGED", "NodeDiff", "GraphDiff", "DiffResult", "diff", "diff_graphs",
     "array_key", "change_text", "describe", "detail_text", "format_value", "tensor_key", "type_string", "value_change",
 ]

@@ -12,8 +12,8 @@ from typing import Any
 
 from onnx import TensorProto, numpy_helper
 
-from graphtool.diff_match import Matcher, pair_names
-from graphtool.diff_values import format_value, qualified, same_array, type_string, value_change
+from graphtool.diff.match import Matcher, pair_names
+from graphtool.diff.values import format_value, qualified, same_array, type_string, value_change
 from graphtool.ir.graph import Graph, Node
 from graphtool.ir.tensor import Tensor
 

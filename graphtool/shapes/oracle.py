@@ -18,7 +18,7 @@ exist. Symbols inference makes up (``unk__N``) name one size only within one run
 marked with their run (``unk__3@run2``), so symbols of two runs never compare equal.
 Big models get a bounded number of runs (``MAX_RUNS_BIG``): past it, the last tables serve, which
 is still sound (older facts about surviving values are true), only less complete. A main graph past
-150k ops is inferred in segments where only types cross the cuts (graphtool.shape_segments: the
+150k ops is inferred in segments where only types cross the cuts (graphtool.shapes.segments: the
 whole inference held +1.6 GB at a million ops), with the same tables.
 """
 
@@ -35,7 +35,7 @@ from graphtool.ir.model import Model
 from graphtool.ir.tensor import Tensor
 from graphtool.ir.protos import graph_without_nodes
 from graphtool.ir.to_onnx import model_bytes
-from graphtool.shape_segments import infer_in_segments, segmentable
+from graphtool.shapes.segments import infer_in_segments, segmentable
 
 Dim = Optional[Union[int, str]]
 SMALL_TENSOR_BYTES = 4096  # tensors inference may read (shape constants); bigger ones are type-only
@@ -229,7 +229,7 @@ def _made_up(symbol: str) -> bool:
 
 def _run_local(t: TypeProto, tag: str) -> TypeProto:
     """``t`` with the symbols inference made up (``unk__N``) marked with their run (and segment,
-    graphtool.shape_segments): they name one size only within one inference, so symbols of two
+    graphtool.shapes.segments): they name one size only within one inference, so symbols of two
     must never compare equal."""
     if not t.HasField("tensor_type") or not any(_made_up(d.dim_param) for d in t.tensor_type.shape.dim):
         return t

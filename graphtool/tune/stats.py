@@ -5,7 +5,7 @@ Whole-model rounds are interleaved, so sample i of two candidates ran back to ba
 cancels the load that hit both. Rounds cannot show what differs between two sessions of one model
 and settings (each keeps an offset of its own for its life); the confirmation's verdict is a test
 over session medians instead (``session_test``). How many rounds or sessions a verdict needs is
-the search's business (graphtool.tune, graphtool.tune_race); these functions only summarize samples.
+the search's business (graphtool.tune.search, graphtool.tune.race); these functions only summarize samples.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Proof that a rewrite kept the model's outputs: run both in onnxruntime and compare.
 
 Both models run with ORT's own optimizations off, on the same input sets (found by
-graphtool.discover, or given by the user), so a difference can only come from the rewrite. The
+graphtool.verify.discover, or given by the user), so a difference can only come from the rewrite. The
 report says how the inputs were found, how many sets ran, which If branches they reached, and
 which rewritten branches no input reached (unverified).
 """
@@ -17,13 +17,13 @@ import numpy as np
 import onnx
 
 from graphtool import io
-from graphtool.coverage import Coverage, Site, instrument, record, strip_markers, unverified_rewrites
-from graphtool.discover import Discovery, InputSet, InputSpec, ort_reason, discover, make_feeds, shape_plan
+from graphtool.verify.coverage import Coverage, Site, instrument, record, strip_markers, unverified_rewrites
+from graphtool.verify.discover import Discovery, InputSet, InputSpec, ort_reason, discover, make_feeds, shape_plan
 from graphtool.errors import ModelDoesNotRun
 from graphtool.ir.model import Model
 from graphtool.ir.to_onnx import to_onnx
 from graphtool.runtime import ORT_TYPES, make_session
-from graphtool.segment_plan import plan_for
+from graphtool.runtime import plan_for
 
 RTOL = 1e-3
 ATOL = 1e-4
@@ -131,7 +131,7 @@ class Snapshot:
     proto: Any  # the original as a ModelProto (None for external-data models: the session reads the path)
     source: Model | str  # what the session opens
     branchy: bool  # If/Loop/Scan: instrument for coverage
-    plan: Any = None  # where a segmented session cuts the file's big graph (graphtool.segment_plan)
+    plan: Any = None  # where a segmented session cuts the file's big graph (graphtool.runtime.plan)
 
     @staticmethod
     def of(original: Model, original_path: str | None = None) -> "Snapshot":
@@ -245,7 +245,7 @@ class ReferenceJob:
                  input_shapes: dict[str, list[int]] | None = None,
                  feeds: dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None = None,
                  input_values: dict[str, list[Any]] | None = None) -> None:
-        from graphtool import sandbox
+        from graphtool.runtime import sandbox
 
         self.original = original
         self._stop = threading.Event()
@@ -284,7 +284,7 @@ def verify(original: Model, rewritten: Model, seed: int = 0, input_shapes: dict[
     """Run both models on the same input sets and compare every output.
 
     Input sets come from ``input_sets`` (a previous verification's, as bisection replays), the
-    user's ``feeds``, or discovery (graphtool.discover), which keeps the original's outputs from
+    user's ``feeds``, or discovery (graphtool.verify.discover), which keeps the original's outputs from
     its successful runs, so the original runs once per set. The original is instrumented for
     branch coverage; the sessions exist one at a time, so peak memory is one model's.
     ``reference`` is that side of the work already started (``ReferenceJob``, made with the same

@@ -26,8 +26,8 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from graphtool.tune_space import Candidate, Confirmation, Timer
-from graphtool.tune_stats import SessionTest, confidence, session_test
+from graphtool.tune.space import Candidate, Confirmation, Timer
+from graphtool.tune.stats import SessionTest, confidence, session_test
 
 CONFIDENT = 0.95  # a difference counts when the bootstrap puts it on one side this often
 MARGIN = 0.03  # and when it is this large: 1% at 95% confidence after 5 rounds decides nothing
@@ -191,7 +191,7 @@ def confirm(timer: Timer, winner: Candidate, baseline: Candidate, capacity: int,
     """The winner and the original (``baseline``) in sessions none of the races opened, two of each
     a step, interleaved round by round, until a t-test over the session medians decides; None when
     the time left cannot fit the first step's ``replace_rounds`` rounds. ``floor`` is the least gap
-    believed between two sessions of one configuration (graphtool.tune.SPREAD_FLOOR).
+    believed between two sessions of one configuration (graphtool.tune.search.SPREAD_FLOOR).
 
     Why fresh sessions: a session of a given model and settings keeps an offset of its own for its
     whole life (where its weights and arenas landed in memory, which core its threads favour):

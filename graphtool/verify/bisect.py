@@ -14,7 +14,7 @@ from typing import Any
 from graphtool.ir.model import Model
 from graphtool.optimize import clone
 from graphtool.pass_manager import PassContext, PassManager, PassReport, load_builtin_and_plugins
-from graphtool.verify import Verification, verify
+from graphtool.verify.verification import Verification, verify
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Where a segmented session cuts a big graph (``graphtool.segmented``), worked out from the IR.
+"""Where a segmented session cuts a big graph (``graphtool.runtime.segmented``), worked out from the IR.
 
 The sandbox child that opens the session knows the model only as bytes, and finding the cuts
 there means reading every node's input and output names out of protobuf: ~5 µs a node, a
@@ -18,7 +18,7 @@ from typing import Any
 
 from graphtool.ir.graph import Graph
 from graphtool.ir.model import Model
-from graphtool.segmented import MIN_NODES, SEGMENT_NODES, NotSegmentable, Plan, cut
+from graphtool.runtime.segmented import MIN_NODES, SEGMENT_NODES, NotSegmentable, Plan, cut
 
 
 def segment_plan(model: Model, segment_nodes: int = SEGMENT_NODES) -> Plan | None:

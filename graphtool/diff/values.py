@@ -1,6 +1,6 @@
 """How the diff keys and writes values: content keys of tensors, short forms of attributes,
-one line per change. Below the matcher (graphtool.diff_match) and the report
-(graphtool.diff_text); graphtool.render labels its pictures with the same lines."""
+one line per change. Below the matcher (graphtool.diff.match) and the report
+(graphtool.diff.text); graphtool.render labels its pictures with the same lines."""
 
 from __future__ import annotations
 
@@ -130,8 +130,8 @@ def qualified(node: Node) -> str:
 
 
 # ---------------------------------------------------------------------------------- text
-# One line per change detail; graphtool.diff_text builds the report from them (and the groups of
-# graphtool.diff_summary), graphtool.render.dot labels pictures with them.
+# One line per change detail; graphtool.diff.text builds the report from them (and the groups of
+# graphtool.diff.summary), graphtool.render.dot labels pictures with them.
 
 
 def detail_text(d: dict[str, Any]) -> str:

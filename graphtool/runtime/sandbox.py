@@ -33,11 +33,11 @@ import time
 import weakref
 from typing import Any, Callable, Iterator
 
-from graphtool.allocator import with_fast_malloc
+from graphtool.runtime.allocator import with_fast_malloc
 from graphtool.errors import GraphtoolError, UsageError
 # the jobs, here too for callers: sandbox.call("...", sandbox.run_model, ...)
-from graphtool.sandbox_jobs import _MEMORY_PATTERN, _is_memory_error, session_close, session_open, session_run
-from graphtool.sandbox_jobs import ort_optimize, run_model  # noqa: F401
+from graphtool.runtime.jobs import _MEMORY_PATTERN, _is_memory_error, session_close, session_open, session_run
+from graphtool.runtime.jobs import ort_optimize, run_model  # noqa: F401
 
 _HEADER = struct.Struct("<Q")
 # onnxruntime writes a session-id file (.ses) into $TMPDIR when it starts: every child gets the
@@ -142,7 +142,7 @@ class _Worker:
             env["TMPDIR"] = _START_TMPDIR
         if self.fast_malloc:
             env = with_fast_malloc(env)
-        self.proc = subprocess.Popen([sys.executable, "-m", "graphtool.sandbox", str(CONFIG.memory)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "graphtool.runtime.sandbox", str(CONFIG.memory)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
                                      env=env, close_fds=True)
         if self.nice:  # after the start: preexec_fn is unsafe while other threads run
@@ -270,7 +270,7 @@ NICENESS = {"reference": 5}
 # in the session that made its graph, in the other. In one child the outputs waited behind the next
 # build, and graphtool with them: a 200k-node compare of levels 1-3 took 38-45 s, idle for 15.
 ORT_CHILDREN = ("ort", "ort-b")
-# Children whose ORT runs with mimalloc (``graphtool.allocator``): the optimizing ones. Level 1 on
+# Children whose ORT runs with mimalloc (``graphtool.runtime.allocator``): the optimizing ones. Level 1 on
 # that 200k-node model: 9.2 s → 6.8 s.
 PRELOADED = frozenset(ORT_CHILDREN)
 
@@ -389,7 +389,7 @@ def shutdown() -> None:
             worker.stop()
 
 
-# ----------------------------------------------- sessions in the child (its jobs: graphtool.sandbox_jobs)
+# ----------------------------------------------- sessions in the child (its jobs: graphtool.runtime.jobs)
 
 
 SPILL_BYTES = 1 << 20  # model bytes past this go to the child as a temp file, not through the pipe
@@ -454,7 +454,7 @@ def remote_session(model: Any, level: str, threads: int, optimized_path: str | N
     ``plan``: the cuts of a path's or bytes' big graph (an IR model's are worked out here)."""
     from graphtool import io
     from graphtool.ir.model import Model
-    from graphtool.segment_plan import session_bytes
+    from graphtool.runtime.plan import session_bytes
 
     if isinstance(model, Model):
         if io.wants_external(model):

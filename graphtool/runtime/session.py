@@ -53,10 +53,11 @@ def make_session(model: Model | str | bytes, level: str = "off", threads: int = 
 
     ``local`` keeps the session in this process even when the CLI sandboxes sessions: latency
     timing must not include the pipe round trip or the child's memory-pattern setting.
-    ``plan``: where to cut a path's or bytes' big graph (``graphtool.segment_plan``; an IR
+    ``plan``: where to cut a path's or bytes' big graph (``graphtool.runtime.plan``; an IR
     model's is worked out here)."""
-    from graphtool import io, sandbox
-    from graphtool.segment_plan import session_bytes
+    from graphtool import io
+    from graphtool.runtime import sandbox
+    from graphtool.runtime.plan import session_bytes
 
     if sandbox.sessions_enabled() and not local:  # in the reused child, under its memory and time limits
         return sandbox.remote_session(model, level, threads, optimized_path, plan)  # type: ignore[return-value]
@@ -80,9 +81,9 @@ def make_session(model: Model | str | bytes, level: str = "off", threads: int = 
 
 def _open(source: str | bytes, opts: ort.SessionOptions, segment: bool, plan: dict | None = None) -> Any:
     """One session, or for a huge graph run with optimizations off, a ``SegmentedSession``
-    (onnxruntime's session build is quadratic in the node count; see graphtool.segmented)."""
+    (onnxruntime's session build is quadratic in the node count; see graphtool.runtime.segmented)."""
     if segment:
-        from graphtool.segmented import open_segmented
+        from graphtool.runtime.segmented import open_segmented
 
         folder_set: list[str] = []  # a segmented model's pieces all share its folder
 

@@ -36,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphtool.diff import ADDED, CHANGED, REMOVED, DiffResult, GraphDiff, NodeDiff
+from graphtool.diff.run import ADDED, CHANGED, REMOVED, DiffResult, GraphDiff, NodeDiff
 from graphtool.fusion_trace import Fusion, trace_graphs
 from graphtool.ir.graph import Graph, Node
 

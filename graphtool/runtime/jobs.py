@@ -1,4 +1,4 @@
-"""The jobs the sandbox child runs (``graphtool.sandbox`` sends them): onnxruntime sessions opened,
+"""The jobs the sandbox child runs (``graphtool.runtime.sandbox`` sends them): onnxruntime sessions opened,
 run and closed by id, ORT's optimized graphs written, constant evaluation. Written against
 onnxruntime alone: importing graphtool's IR (and with it networkx and onnx) would make the child
 start in 0.8 s instead of 0.3 s."""
@@ -20,7 +20,7 @@ def _is_memory_error(err: BaseException) -> bool:
 def _ort_session(source: str | bytes, level: str = "off", threads: int = 1, optimized_path: str | None = None,
                  plan: dict | None = None) -> Any:
     """(child) ``runtime.make_session`` for a path or bytes, with the same options and the same
-    one-line load errors, written against onnxruntime alone: importing graphtool.runtime (and
+    one-line load errors, written against onnxruntime alone: importing graphtool.runtime.session (and
     with it the IR, networkx and onnx) would make the child start in 0.8 s instead of 0.3 s."""
     import onnxruntime as ort
 
@@ -51,7 +51,7 @@ def _ort_session(source: str | bytes, level: str = "off", threads: int = 1, opti
 
     try:
         if level == "off" and not optimized_path:  # a huge graph opens in linear time as segments
-            from graphtool.segmented import open_segmented
+            from graphtool.runtime.segmented import open_segmented
 
             segmented = open_segmented(source, open_piece, plan)
             if segmented is not None:
@@ -91,7 +91,7 @@ def _arg(node_arg: Any) -> Any:
 def session_open(source: str | bytes, level: str, threads: int, optimized_path: str | None,
                  plan: dict | None = None) -> tuple:
     """(child) Create a session; return its id and the signature the parent's proxy answers with.
-    ``plan``: where to cut a big graph, from the parent (graphtool.segment_plan)."""
+    ``plan``: where to cut a big graph, from the parent (graphtool.runtime.plan)."""
     sess = _ort_session(source, level, threads, optimized_path, plan)
     sid = id(sess)
     _SESSIONS[sid] = sess

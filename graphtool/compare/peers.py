@@ -41,7 +41,7 @@ def missing(tool: str) -> str | None:
 def run_peer(tool: str, src: str, out: str, timeout: float = 900) -> dict[str, Any]:
     """Run one peer in a child process; {"seconds"} or {"error"}."""
     try:
-        proc = subprocess.run([sys.executable, "-m", "graphtool.peers", tool, src, out], capture_output=True,
+        proc = subprocess.run([sys.executable, "-m", "graphtool.compare.peers", tool, src, out], capture_output=True,
                               text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
@@ -91,7 +91,8 @@ def compare_peers(model: Any, path: str, peers: list[str], level: int = 1, targe
     from graphtool import io
     from graphtool.inspect import op_histogram
     from graphtool.optimize import optimize
-    from graphtool.compare import compare_fusions, histogram_diff, trace_fusions
+    from graphtool.compare.report import compare_fusions, histogram_diff
+    from graphtool.fusion_trace import trace_fusions
     from graphtool.fusion_trace import index_original
     from graphtool.verify import find_inputs, verify
 

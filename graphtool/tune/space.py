@@ -2,7 +2,7 @@
 settings, candidates, the rows and kernels measured, the result; and the ``Timer`` protocol every
 measurement comes through.
 
-Kept apart from the search (graphtool.tune) so that the onnxruntime timer (graphtool.tune_ort),
+Kept apart from the search (graphtool.tune.search) so that the onnxruntime timer (graphtool.tune.ort),
 the command and the benchmark read these types without importing the search's decisions.
 """
 
@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from graphtool.tune_stats import SessionTest, session_gap
+from graphtool.tune.stats import SessionTest, session_gap
 
 # Fusion families of graphtool's rewrite set (pass names); "level 2 with the family off" skips them.
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -106,7 +106,7 @@ class Candidate:
     rewrite: RewriteSet
     ort: OrtSettings
     # which session of this model and settings: 0 the search's, 1 the A/A control (a 2nd session),
-    # 2 and up the fresh sessions of the confirmation, opened two at a time (graphtool.tune_race.confirm)
+    # 2 and up the fresh sessions of the confirmation, opened two at a time (graphtool.tune.race.confirm)
     replica: int = 0
 
     def label(self) -> str:
@@ -116,7 +116,7 @@ class Candidate:
 
 
 class Timer(Protocol):
-    """Where measurements come from (graphtool.tune_ort.OrtTimer, or a fake in tests)."""
+    """Where measurements come from (graphtool.tune.ort.OrtTimer, or a fake in tests)."""
 
     wall_per_run: float  # elapsed seconds per run in the last ``time`` call's timed rounds
 
@@ -196,13 +196,13 @@ class Kernel:
 @dataclass
 class Confirmation:
     """The race's winner against the original under onnxruntime's defaults, each in fresh sessions
-    raced together (graphtool.tune_race.confirm), and whether the winner was kept.
+    raced together (graphtool.tune.race.confirm), and whether the winner was kept.
 
     Sessions of one model and settings keep a per-session offset (memory and thread placement)
     that rounds inside one session never show, and the race's winner is the candidate whose session
     drew the luckiest offset too. So the verdict is a t-test over session medians (``test``): two
     sessions a side first, two more a side while the result is inside the bar but not clearly
-    inside noise, up to graphtool.tune_race.CONFIRM_MAX_SESSIONS. ``spread`` (the larger gap
+    inside noise, up to graphtool.tune.race.CONFIRM_MAX_SESSIONS. ``spread`` (the larger gap
     between sessions of one configuration, and the search's A/A gaps) is reported, not decided on."""
 
     winner: Candidate

@@ -42,7 +42,7 @@ MIN_BYTES = 1 << 20  # a model file smaller than this cannot hold MIN_NODES node
 
 # (segment model bytes, folder its external data is relative to) -> an onnxruntime session
 OpenSession = Callable[[bytes, "str | None"], Any]
-# the cuts, found by the caller (graphtool.segment_plan): {"nodes": how many the model lists,
+# the cuts, found by the caller (graphtool.runtime.plan): {"nodes": how many the model lists,
 # "segments": [(start, stop, inputs, initializers, outputs, done_with), ...]}
 Plan = dict[str, Any]
 
@@ -120,7 +120,7 @@ def cut(reads: Sequence[Sequence[str]], made: Sequence[Sequence[str]], initializ
 
     ``captured``: names a node's subgraphs read, by node position (a superset: those made by an
     earlier node or outer are kept). Both the sandbox child (from protobuf) and graphtool
-    (``graphtool.segment_plan``, from its IR) cut with this, so they cannot disagree. Raises
+    (``graphtool.runtime.plan``, from its IR) cut with this, so they cannot disagree. Raises
     NotSegmentable for a value read before any node makes it, or an output nothing makes."""
     produced_at = {v: p for p, names in enumerate(made) for v in names if v}
     if captured:

@@ -6,7 +6,7 @@ Add, LayerNormalization it replaces), so no rule can decide it: only a measureme
 This module is the search, and only the search: every measurement comes from an injected
 ``Timer`` and every verdict on a rewritten model from an injected verifier, and the time spent is
 read from an injected clock, so the logic is tested with a fake timer and no real timing
-(graphtool.tune_ort is the onnxruntime timer).
+(graphtool.tune.ort is the onnxruntime timer).
 
 The search, each stage bounded by its share of ``--budget``:
 
@@ -22,7 +22,7 @@ The search, each stage bounded by its share of ``--budget``:
    the model and that a kernel or a whole-model measurement found slower.
 3. threads (1 and the default, one per core) for the best, with the runners-up.
 
-Every stage's whole-model runs are a race (graphtool.tune_race): the candidates interleaved with
+Every stage's whole-model runs are a race (graphtool.tune.race): the candidates interleaved with
 the baseline (the original under onnxruntime's defaults), at most ``MAX_SESSIONS`` sessions alive,
 the clearly slower dropped, so each speed-up is a ratio over rounds run together, immune to drift
 between batches. "Faster" is a median comparison with a paired bootstrap confidence over at least
@@ -31,7 +31,7 @@ in every round, whose gap to the first is the session-to-session noise the boots
 
 4. confirmation — a winner other than the original must win once more, in sessions none of the
    races opened: the winner and the original under onnxruntime's defaults, two sessions each,
-   interleaved (graphtool.tune_race.confirm). One A/A pair does not bound how far sessions of one
+   interleaved (graphtool.tune.race.confirm). One A/A pair does not bound how far sessions of one
    model and settings sit apart, and the winner of a race among many candidates is partly the one
    whose session sat lowest (resnet50, one thread: a "1.006x, A/A 0.0%" winner measured 0.4–0.9%
    behind the original and onnxscript's output at ORT all in bench/tune_table.py's fresh sessions).
@@ -61,7 +61,7 @@ import statistics
 from dataclasses import replace
 from typing import Callable
 
-from graphtool.tune_space import (  # noqa: F401 - the search's vocabulary, re-exported: graphtool.tune is the API
+from graphtool.tune.space import (  # noqa: F401 - the search's vocabulary, re-exported: graphtool.tune is the API
     FAMILIES,
     FUSED_OPS,
     ORT_ALIASES,
@@ -77,7 +77,7 @@ from graphtool.tune_space import (  # noqa: F401 - the search's vocabulary, re-e
     TuneResult,
     Verifier,
 )
-from graphtool.tune_race import (
+from graphtool.tune.race import (
     CONFIDENT,
     CONFIRM_RESERVED_STEPS,
     MARGIN,
@@ -90,7 +90,7 @@ from graphtool.tune_race import (
     round_means,
     run_race,
 )
-from graphtool.tune_stats import confidence, session_gap, spread  # noqa: F401 - re-exported
+from graphtool.tune.stats import confidence, session_gap, spread  # noqa: F401 - re-exported
 
 # The least gap between two sessions of one configuration a confirmation believes (its t-test
 # floors the session SD at SPREAD_FLOOR / sqrt(2)). A few sessions estimate it poorly: resnet50
@@ -157,7 +157,7 @@ class _Search:
         return pool[:count] if count >= 2 else []
 
     def measure(self, stage: str, candidates: list[Candidate]) -> list[Row]:
-        """Race ``candidates`` against the baseline (graphtool.tune_race): interleaved rounds, at most
+        """Race ``candidates`` against the baseline (graphtool.tune.race): interleaved rounds, at most
         ``capacity`` sessions alive, the clearly slower dropped, until the leader is separated."""
         # The baseline runs in two sessions: the second (the A/A control) shows how far two sessions of
         # one model and settings differ in this batch — memory placement, run order — which the
@@ -393,7 +393,7 @@ class _Search:
                           self.skipped, self.failed, self.clock() - self.start, self.confirmation)
 
     def confirmed(self, win: Row) -> bool:
-        """Race ``win`` against the original in fresh sessions (stage 4, graphtool.tune_race.confirm);
+        """Race ``win`` against the original in fresh sessions (stage 4, graphtool.tune.race.confirm);
         whether it may replace the original. Its figures and the reason go to the findings and
         ``self.confirmation``, its sessions to the rows."""
         label, need = win.candidate.label(), self.limits.confirm_rounds

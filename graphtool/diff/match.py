@@ -1,9 +1,9 @@
 """Matching the nodes of two graphs: structural hashes, then names, then neighbours.
 
-See graphtool.diff's docstring for the phases and why structure goes before names; the hashes
-(and the value ids the pair checks read) are graphtool.diff_hashes's. ``Matcher``
+See graphtool.diff.run's docstring for the phases and why structure goes before names; the hashes
+(and the value ids the pair checks read) are graphtool.diff.hashes's. ``Matcher``
 pairs the nodes of one pair of graphs (``diff_changes`` then says how each pair differs);
-graphtool.diff drives it over the main graph, subgraphs and functions.
+graphtool.diff.run drives it over the main graph, subgraphs and functions.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from graphtool.diff_hashes import NONE, Hashes
+from graphtool.diff.hashes import NONE, Hashes
 from graphtool.ir.graph import Graph, Node
 
 _RADIUS = 10  # hops through unmatched nodes when looking for a leftover's matched neighbours

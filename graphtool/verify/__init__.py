@@ -1,0 +1,17 @@
+"""Proof that a rewrite kept the model's outputs: input discovery (``discover``), branch coverage
+(``coverage``), the verification itself (``verification``) and, when it fails, the bisection that
+names the pass (``bisect``)."""
+
+from __future__ import annotations
+
+from graphtool.verify.bisect import find_culprit
+from graphtool.verify.discover import (
+    InputSet, InputSpec, compared_values, id_bounds, metadata_sizes, shape_plan,
+)
+from graphtool.verify.verification import (
+    ATOL, OutputDiff, RTOL, ReferenceJob, Verification, compare_arrays, find_inputs, verify,
+)
+
+__all__ = ["ATOL", "InputSet", "InputSpec", "OutputDiff", "RTOL", "ReferenceJob", "Verification",
+           "compare_arrays", "compared_values", "find_culprit", "find_inputs", "id_bounds", "metadata_sizes",
+           "shape_plan", "verify"]
