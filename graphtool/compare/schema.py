@@ -7,7 +7,7 @@ ORT_LEVELS = {1: "basic", 2: "extended", 3: "all"}
 LATENCY_ORT_LEVELS = ("off", "basic", "extended", "all")
 
 # The ``--json`` document, in JSON Schema vocabulary (type/properties/required/items/enum).
-# tests/test_compare.py validates real output against it, so it cannot drift from the code.
+# tests/compare/test_compare.py validates real output against it, so it cannot drift from the code.
 
 _INT = {"type": "integer", "minimum": 0}
 _NUM_OR_NULL = {"type": ["number", "null"]}  # null: not comparable (shape/dtype differ, output missing)

@@ -10,7 +10,7 @@ import onnx
 
 from graphtool.compare import JSON_SCHEMA
 from tests.conftest import FIXTURES
-from tests.test_compare import conv_relu_model, schema_errors
+from tests.compare.test_compare import conv_relu_model, schema_errors
 
 CONV_BN = f"{FIXTURES}/conv_bn.onnx"
 

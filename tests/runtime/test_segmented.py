@@ -17,7 +17,7 @@ from graphtool.runtime import segmented
 from tests.bad_inputs.make_bad_inputs import chain_model_bytes
 from tests.conftest import BACKEND_DATA
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _plain(data: bytes, folder: str | None = None) -> ort.InferenceSession:

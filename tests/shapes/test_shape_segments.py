@@ -15,7 +15,7 @@ from graphtool import io
 from graphtool.shapes import ShapeOracle, dims_of
 
 BACKEND_DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODELS = sorted(glob.glob(os.path.join(BACKEND_DATA, "light", "*.onnx"))) + sorted(
     glob.glob(os.path.join(HERE, "fixtures", "torch", "*.onnx")) + glob.glob(os.path.join(HERE, "fixtures", "hf", "*.onnx")))
 

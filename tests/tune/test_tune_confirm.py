@@ -19,7 +19,7 @@ import pytest
 
 from graphtool.tune import Candidate, tune
 from graphtool.tune import session_test, t_quantile
-from tests.test_tune import FakeClock, FakeTimer, _always_ok
+from tests.tune.test_tune import FakeClock, FakeTimer, _always_ok
 
 
 def _ort_penalty(c: Candidate) -> float:

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 from graphtool.shapes import ShapeOracle
 from tests.passes.helpers import const, model, vi
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _chain():

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "bench", "tune_table.py")
+_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "tune_table.py")
 
 
 @pytest.fixture(scope="module")
