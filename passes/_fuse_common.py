@@ -15,7 +15,7 @@ import numpy as np
 
 from graphtool.ir.graph import Graph, Node
 from graphtool.pass_manager import PassContext
-from graphtool.rewrite.naming import Namer  # noqa: F401  (re-exported: the passes name fused nodes with it)
+from graphtool.rewrite import Namer  # noqa: F401  (re-exported: the passes name fused nodes with it)
 
 STANDARD_DOMAINS = ("", "ai.onnx")
 

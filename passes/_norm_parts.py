@@ -11,15 +11,14 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
+from graphtool.passes._fuse_common import graph_opset, rank, reduce_mean_axes, scalar_const, trailing_axes_count
+from graphtool.passes._ort_common import Dims, Shapes, record_shape, use_ms_domain
+from graphtool.passes._rule_common import Facts
 from onnx import helper
 
 from graphtool.ir.graph import Graph
 from graphtool.pass_manager import PassContext
-from graphtool.passes._fuse_common import graph_opset, rank, reduce_mean_axes, scalar_const, trailing_axes_count
-from graphtool.passes._rule_common import Facts
-from graphtool.passes._ort_common import Dims, Shapes, record_shape, use_ms_domain
 from graphtool.rewrite import Const, Match, Rewrite, Scalar, Var, either, op, opt
-
 
 # ---------------------------------------------------------------------- patterns
 

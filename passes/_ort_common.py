@@ -20,12 +20,12 @@ Three things every level-2 rule needs and the level-1 helpers (``_fuse_common``)
 from __future__ import annotations
 
 import numpy as np
+from graphtool.passes._fuse_common import STANDARD_DOMAINS, is_op
 from onnx import TensorProto, helper
 
 from graphtool.ir.graph import Graph, Node
-from graphtool.runtime import has_cpu_kernel
 from graphtool.pass_manager import PassContext
-from graphtool.passes._fuse_common import STANDARD_DOMAINS, is_op
+from graphtool.runtime import has_cpu_kernel
 from graphtool.shapes import dims_of
 
 MS_DOMAIN = "com.microsoft"

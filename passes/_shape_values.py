@@ -16,9 +16,9 @@ from typing import Callable, Optional, Union
 import numpy as np
 from onnx import TensorProto
 
-from graphtool.runtime import is_constant
 from graphtool.ir.graph import Graph, Node
 from graphtool.pass_manager import PassContext
+from graphtool.runtime import is_constant
 
 # int: static; str: a named symbolic dim; (value, i): "dim i of value"
 Dim = Union[int, str, tuple]

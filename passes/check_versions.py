@@ -25,12 +25,20 @@ from __future__ import annotations
 import onnx
 
 from graphtool.check import (
-    Place, add, fn_label, max_known_opset, max_opset_for_ir, min_ir_for, norm_domain, place_of, show_domain,
+    Place,
+    add,
+    fn_label,
+    max_known_opset,
+    max_opset_for_ir,
+    min_ir_for,
+    norm_domain,
+    place_of,
+    show_domain,
 )
 from graphtool.ir.graph import Graph
 from graphtool.ir.model import Model
-from graphtool.runtime import schema_version
 from graphtool.pass_manager import Pass, PassContext, PassResult, register
+from graphtool.runtime import schema_version
 
 STANDARD = ("", "ai.onnx.ml", "ai.onnx.training", "ai.onnx.preview", "ai.onnx.preview.training")
 FUNCTIONS_IR = 8

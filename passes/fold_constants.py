@@ -6,7 +6,7 @@ The rewrite, case by case:
    function bodies (FunctionProto has no initializers) and not in subgraphs of IR < 4 models
    (there an initializer must be a graph input, which would change a Loop body's signature).
 2. The *foldable region* — ops all of whose inputs are constant, transitively — is evaluated in
-   one onnxruntime session (``graphtool.runtime.evaluate``). Its *frontier* values (read by an op outside
+   one onnxruntime session (``graphtool.runtime.constants``). Its *frontier* values (read by an op outside
    the region, by a subgraph, or a graph output) become initializers under their own names, so
    graph outputs keep their names; every op of the region is removed.
 3. Refused: nondeterministic ops (RandomNormal…, Bernoulli, Multinomial, training-mode Dropout),
@@ -34,6 +34,8 @@ import weakref
 import numpy as np
 from onnx import numpy_helper
 
+from graphtool.ir.graph import CAPTURE, Graph, Node
+from graphtool.pass_manager import Pass, PassContext, PassResult, register
 from graphtool.runtime import (
     constant_tensor_proto,
     evaluate,
@@ -44,8 +46,6 @@ from graphtool.runtime import (
     is_plain_constant_node,
     place_constant,
 )
-from graphtool.ir.graph import CAPTURE, Graph, Node
-from graphtool.pass_manager import Pass, PassContext, PassResult, register
 
 # op type -> input slots that hold parameters (weights) whatever the other inputs are
 PARAM_SLOTS: dict[str, frozenset[int]] = {

@@ -36,12 +36,13 @@ changed), consulted only when a declaration falls short. Shapes the user fixed
 from __future__ import annotations
 
 import numpy as np
+from graphtool.passes._shape_values import MAX_REBUILD, SHAPE_OPS, Dim, DimsView, SymValue, propagate, tokens
 from onnx import helper, numpy_helper
 
-from graphtool.runtime import is_constant, place_constant
 from graphtool.ir.graph import Graph, Node
 from graphtool.pass_manager import Pass, PassContext, PassResult, register
-from graphtool.passes._shape_values import MAX_REBUILD, SHAPE_OPS, Dim, DimsView, SymValue, propagate, tokens
+from graphtool.runtime import is_constant, place_constant
+
 
 @register(level=1, priority=15)
 class FoldShapes(Pass):

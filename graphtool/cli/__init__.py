@@ -15,7 +15,6 @@ import click
 
 from graphtool.errors import GraphtoolError
 
-
 # command name -> the module that defines it: imported only when that command runs (or for --help),
 # so `graphtool viz` does not pay for onnxruntime, the passes and every other command's imports
 COMMANDS = {name: f"graphtool.cli.{name}_cmd" for name in

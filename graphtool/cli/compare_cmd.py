@@ -11,8 +11,7 @@ from graphtool import io
 from graphtool.cli import cli
 from graphtool.cli.inputs import input_options, resolve_inputs
 from graphtool.cli.output import emit
-from graphtool.compare import compare, diff_sections, format_compare, to_html
-from graphtool.compare.run import EarlyORT
+from graphtool.compare import EarlyORT, compare, diff_sections, format_compare, to_html
 from graphtool.errors import UsageError
 from graphtool.ir.from_onnx import gc_paused_if_big
 
@@ -62,9 +61,9 @@ def compare_command(model_path: str, levels: str, target: str, latency: bool, ru
     model_inputs = [n for n in model.graph.inputs if n not in model.graph.initializers]
     shapes, feeds, values = resolve_inputs(model_inputs, input_shapes, inputs_file, input_values)
     if peers:
-        from graphtool.verify import InputSet
-        from graphtool.optimize import require_schema_valid
         from graphtool.compare import compare_peers, format_peers
+        from graphtool.optimize import require_schema_valid
+        from graphtool.verify import InputSet
 
         require_schema_valid(model)  # a broken op is named as such, before onnxruntime's load error
         from graphtool.verify import find_inputs

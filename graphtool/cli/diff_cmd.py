@@ -9,9 +9,7 @@ import click
 
 from graphtool import io
 from graphtool.cli import cli
-from graphtool.diff import diff
-from graphtool.diff import summarize
-from graphtool.diff import format_diff
+from graphtool.diff import diff, format_diff, summarize
 from graphtool.errors import UsageError
 from graphtool.ir.from_onnx import gc_paused_if_big
 

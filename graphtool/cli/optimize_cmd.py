@@ -9,8 +9,6 @@ from typing import Any
 import click
 
 from graphtool import io
-from graphtool.runtime import sandbox
-from graphtool.verify import find_culprit
 from graphtool.cli import cli
 from graphtool.cli.inputs import input_options, resolve_inputs
 from graphtool.cli.output import emit
@@ -19,7 +17,8 @@ from graphtool.ir.from_onnx import gc_paused_if_big
 from graphtool.ir.model import Model
 from graphtool.optimize import optimize
 from graphtool.pass_manager import PassContext, PassReport
-from graphtool.verify import ATOL, RTOL, ReferenceJob, verify
+from graphtool.runtime import sandbox
+from graphtool.verify import ATOL, RTOL, ReferenceJob, find_culprit, verify
 
 
 def _split(names: str | None) -> list[str]:

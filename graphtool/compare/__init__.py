@@ -24,12 +24,12 @@ from __future__ import annotations
 from graphtool.compare.html import diff_sections, to_html
 from graphtool.compare.peers import compare_peers, format_peers, missing
 from graphtool.compare.report import compare, compare_fusions, compare_level, graphtool_level_for, histogram_diff
-from graphtool.compare.run import feeds_for, layout_notes, measure_latency, ort_optimized, output_diffs
+from graphtool.compare.run import EarlyORT, feeds_for, layout_notes, measure_latency, ort_optimized, output_diffs
 from graphtool.compare.schema import JSON_SCHEMA, LATENCY_ORT_LEVELS, LEVEL_SCHEMA, ORT_LEVELS, SCHEMA
 from graphtool.compare.text import format_compare, format_latency, format_level
 from graphtool.fusion_trace import trace_fusions
 
-__all__ = ["compare_peers", "format_peers", "missing", "JSON_SCHEMA", "LATENCY_ORT_LEVELS", "LEVEL_SCHEMA", "ORT_LEVELS", "SCHEMA", "compare", "compare_fusions",
+__all__ = ["EarlyORT", "compare_peers", "format_peers", "missing", "JSON_SCHEMA", "LATENCY_ORT_LEVELS", "LEVEL_SCHEMA", "ORT_LEVELS", "SCHEMA", "compare", "compare_fusions",
            "compare_level", "diff_sections", "feeds_for", "format_compare", "format_latency", "format_level",
            "graphtool_level_for", "histogram_diff", "layout_notes", "measure_latency", "ort_optimized", "output_diffs",
            "to_html", "trace_fusions"]

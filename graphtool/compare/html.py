@@ -84,8 +84,7 @@ def diff_sections(pairs: dict[int, tuple[Model, Model]], limit: int = 300,
     shown instead, escaped in a <pre>. Returns [] when graphtool.diff.run is not available.
     """
     try:
-        from graphtool.diff import diff
-        from graphtool.diff import format_diff
+        from graphtool.diff import diff, format_diff
     except ImportError:
         return []
     try:

@@ -89,11 +89,10 @@ def compare_peers(model: Any, path: str, peers: list[str], level: int = 1, targe
     """The ``compare --peers`` report. ``peer_results`` maps a peer to an already written result
     (tests use a stub result; nothing runs for it)."""
     from graphtool import io
+    from graphtool.compare.report import compare_fusions, histogram_diff
+    from graphtool.fusion_trace import index_original, trace_fusions
     from graphtool.inspect import op_histogram
     from graphtool.optimize import optimize
-    from graphtool.compare.report import compare_fusions, histogram_diff
-    from graphtool.fusion_trace import trace_fusions
-    from graphtool.fusion_trace import index_original
     from graphtool.verify import find_inputs, verify
 
     start = time.perf_counter()

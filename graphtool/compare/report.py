@@ -7,14 +7,14 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from graphtool import io
-from graphtool.runtime import sandbox
 from graphtool.compare.run import layout_notes, measure_latency, ort_job, ort_optimized_session, output_diffs
 from graphtool.compare.schema import ORT_LEVELS, SCHEMA
 from graphtool.fusion_trace import Fusion, Trace, index_original, trace_fusions
 from graphtool.fusion_trace import group_fusions as _group
 from graphtool.inspect import op_histogram
 from graphtool.ir.model import Model
+from graphtool.runtime import sandbox
+
 
 def compare_fusions(ort: Trace, ours: Trace) -> dict[str, list[dict[str, Any]]]:
     """Rewrites (fusions, replacements, expansions) found in one graph and not the other,
@@ -146,17 +146,16 @@ class OurSide:
     trace for the same interpreter."""
 
     def __init__(self, optimized: Model) -> None:
-        from graphtool.runtime import make_session
-        from graphtool.runtime import session_bytes
+        from graphtool.runtime import make_session, source_of
 
         self.optimized = optimized
         self._opening = None
         if sandbox.sessions_enabled():
-            # The bytes and the cuts are made here, before the original is indexed: in the job's
-            # thread they shared the interpreter with the index and ORT's graph being read, and
-            # the child started ORT 1.8 s later instead of 0.65 s.
-            source, plan = (optimized, None) if io.wants_external(optimized) else session_bytes(optimized)
-            self._opening = sandbox.Background(lambda: make_session(source, plan=plan))
+            # The session's source (bytes and cuts) is made here, before the original is indexed:
+            # in the job's thread it shared the interpreter with the index and ORT's graph being
+            # read, and the child started ORT 1.8 s later instead of 0.65 s.
+            source = source_of(optimized)
+            self._opening = sandbox.Background(lambda: make_session(source))
         self._session: Any = None
         self._trace: Trace | None = None
 

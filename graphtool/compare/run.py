@@ -12,12 +12,12 @@ from typing import Any, Iterable
 import numpy as np
 
 from graphtool import io
-from graphtool.runtime import sandbox
 from graphtool.compare.schema import LATENCY_ORT_LEVELS, ORT_LEVELS
 from graphtool.inspect import op_histogram
 from graphtool.ir.model import Model
-from graphtool.runtime import make_session, random_inputs
+from graphtool.runtime import make_session, random_inputs, sandbox
 from graphtool.verify import compare_arrays
+
 
 def ort_optimized(model: Model, level: int) -> Model:
     """The graph ORT runs at ``level`` (1 basic, 2 extended, 3 all), read back into the IR."""

@@ -9,6 +9,7 @@ from graphtool.compare.report import _flat
 from graphtool.fusion_trace import short_op
 from graphtool.inspect import format_table
 
+
 def _num(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3g}"
 

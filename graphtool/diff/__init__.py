@@ -4,13 +4,29 @@
 
 from __future__ import annotations
 
-from graphtool.diff.hashes import Hashes, NONE, positional_tokens
+from graphtool.diff.hashes import NONE, Hashes, positional_tokens
 from graphtool.diff.match import Matcher
 from graphtool.diff.run import (
-    ADDED, CHANGED, DiffResult, GraphDiff, REMOVED, change_text, describe, detail_text, diff,
+    ADDED,
+    CHANGED,
+    REMOVED,
+    DiffResult,
+    GraphDiff,
+    change_text,
+    describe,
+    detail_text,
+    diff,
 )
 from graphtool.diff.summary import (
-    CONST_INIT, ChangeGroup, DEAD, FOLDED, FUSION, GRAPH, RENAMED, WEIGHTS, summarize,
+    CONST_INIT,
+    DEAD,
+    FOLDED,
+    FUSION,
+    GRAPH,
+    RENAMED,
+    WEIGHTS,
+    ChangeGroup,
+    summarize,
 )
 from graphtool.diff.text import MAX_LINES, format_diff
 

@@ -37,7 +37,14 @@ from typing import Any, Iterable
 from graphtool.diff.changes import graph_changes, node_changes
 from graphtool.diff.match import Matcher
 from graphtool.diff.values import (
-    array_key, change_text, describe, detail_text, format_value, tensor_key, type_string, value_change,
+    array_key,
+    change_text,
+    describe,
+    detail_text,
+    format_value,
+    tensor_key,
+    type_string,
+    value_change,
 )
 from graphtool.ir.from_onnx import gc_paused_if_big
 from graphtool.ir.graph import Graph, Node

@@ -15,8 +15,7 @@ from typing import Any
 
 import graphviz
 
-from graphtool.diff import ADDED, CHANGED, REMOVED, DiffResult, GraphDiff, change_text, describe, detail_text
-from graphtool.diff import summarize
+from graphtool.diff import ADDED, CHANGED, REMOVED, DiffResult, GraphDiff, change_text, describe, detail_text, summarize
 from graphtool.ir.graph import Graph, Node
 from graphtool.render.labels import Box, Labels, value_shape
 from graphtool.render.picture import COLORS, Picture, edge_label, new_dot

@@ -5,9 +5,11 @@
 ``rule``     ``Rule`` and ``RulePass``: the engine that commits a match and explains the rest
 """
 
+from graphtool.rewrite import explain
 from graphtool.rewrite.match import Match, Matcher
+from graphtool.rewrite.naming import Namer
 from graphtool.rewrite.pattern import Const, OneOf, Scalar, Var, either, ms, op, opt
 from graphtool.rewrite.rule import Rewrite, Rule, RulePass, apply
 
-__all__ = ["Const", "Match", "Matcher", "OneOf", "Rewrite", "Rule", "RulePass", "Scalar", "Var", "apply",
+__all__ = ["Const", "Match", "Matcher", "Namer", "explain", "OneOf", "Rewrite", "Rule", "RulePass", "Scalar", "Var", "apply",
            "either", "ms", "op", "opt"]

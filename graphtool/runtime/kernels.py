@@ -6,7 +6,6 @@ import functools
 
 import onnx
 
-
 OPEN_ENDED = 2**31 - 1
 
 

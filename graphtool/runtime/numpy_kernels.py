@@ -2,7 +2,7 @@
 Concat, Reshape, Slice, Expand, integer Cast/Range…): for these numpy's result is bit-identical
 to onnxruntime's by construction, and computing them here spares a session (a 411 MB
 ``ConstantOfShape`` weight is fastest as ``np.full``). Every other op is onnxruntime's
-(graphtool.runtime.evaluate)."""
+(graphtool.runtime.constants)."""
 
 from __future__ import annotations
 

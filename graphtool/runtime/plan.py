@@ -4,7 +4,7 @@ The sandbox child that opens the session knows the model only as bytes, and find
 there means reading every node's input and output names out of protobuf: ~5 µs a node, a
 second of a 200,000-node session's build, on the core onnxruntime's own optimizer needs
 (``compare``). graphtool already holds those names in its op records and reads them in a
-fraction of that, so the caller sends the cuts along with the bytes.
+fraction of that, so ``runtime.source_of`` sends the cuts along with the bytes.
 
 The plan describes the nodes in the order the model's bytes list them: for bytes from
 ``io.to_bytes`` that is ``Graph.topological_ids()``, which the serializer walks; for a file read
@@ -13,8 +13,6 @@ subgraphs get no plan: their capture reads are the child's to find.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from graphtool.ir.graph import Graph
 from graphtool.ir.model import Model
@@ -39,20 +37,3 @@ def _plan(graph: Graph, order: list[int], segment_nodes: int) -> Plan | None:
     except NotSegmentable:
         return None  # the child would refuse to cut too
     return {"nodes": len(order), "segments": cuts}
-
-
-def session_bytes(model: Model, segment: bool = True) -> tuple[bytes, Plan | None]:
-    """What a session of ``model`` (ORT's optimizations off) is opened from: its bytes, and where
-    to cut them when ``segment``. ``io.to_bytes`` walks ``topological_ids()``, the order the
-    plan describes."""
-    from graphtool import io
-
-    return io.to_bytes(model), segment_plan(model) if segment else None
-
-
-def plan_for(source: Any, model: Model | None) -> Plan | None:
-    """The plan to send with ``source`` (bytes ``io.to_bytes`` made of ``model``, or the file
-    ``model`` was loaded from, untouched since), or None."""
-    if model is None or (isinstance(source, str) and not model.pristine()):
-        return None
-    return segment_plan(model)

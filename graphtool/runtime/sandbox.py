@@ -33,11 +33,19 @@ import time
 import weakref
 from typing import Any, Callable, Iterator
 
-from graphtool.runtime.allocator import with_fast_malloc
 from graphtool.errors import GraphtoolError, UsageError
+from graphtool.runtime.allocator import with_fast_malloc
+
 # the jobs, here too for callers: sandbox.call("...", sandbox.run_model, ...)
-from graphtool.runtime.jobs import _MEMORY_PATTERN, _is_memory_error, session_close, session_open, session_run
-from graphtool.runtime.jobs import ort_optimize, run_model  # noqa: F401
+from graphtool.runtime.jobs import (  # noqa: F401
+    _MEMORY_PATTERN,
+    _is_memory_error,
+    ort_optimize,
+    run_model,
+    session_close,
+    session_open,
+    session_run,
+)
 
 _HEADER = struct.Struct("<Q")
 # onnxruntime writes a session-id file (.ses) into $TMPDIR when it starts: every child gets the
@@ -446,25 +454,6 @@ class RemoteSession:
 
 
 SESSIONS = False  # sandbox every session make_session creates (the CLI turns it on)
-
-
-def remote_session(model: Any, level: str, threads: int, optimized_path: str | None,
-                   plan: dict | None = None) -> RemoteSession:
-    """A sandboxed session for an IR model, a path or model bytes (``runtime.make_session``'s hook);
-    ``plan``: the cuts of a path's or bytes' big graph (an IR model's are worked out here)."""
-    from graphtool import io
-    from graphtool.ir.model import Model
-    from graphtool.runtime.plan import session_bytes
-
-    if isinstance(model, Model):
-        if io.wants_external(model):
-            with tempfile.TemporaryDirectory() as tmp:
-                path = os.path.join(tmp, "model.onnx")
-                io.save(model, path, external=True)
-                return RemoteSession(path, level, threads, optimized_path)
-        model, plan = session_bytes(model, level == "off" and not optimized_path)
-    return RemoteSession(os.fspath(model) if not isinstance(model, bytes) else model, level, threads, optimized_path,
-                         plan=plan)
 
 
 def sessions_enabled() -> bool:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnxruntime as ort
@@ -17,6 +18,12 @@ from onnx import TensorProto, helper
 
 from graphtool.errors import BadModel
 from graphtool.ir.model import Model
+from graphtool.runtime import sandbox
+from graphtool.runtime.plan import segment_plan
+from graphtool.runtime.segmented import Plan, open_segmented
+
+if TYPE_CHECKING:
+    from onnx import ModelProto
 
 LEVELS = {
     "off": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -46,32 +53,62 @@ def session_options(level: str = "off", threads: int = 1, optimized_path: str | 
     return opts
 
 
-def make_session(model: Model | str | bytes, level: str = "off", threads: int = 1,
-                 optimized_path: str | None = None, local: bool = False,
-                 plan: dict | None = None) -> ort.InferenceSession:
-    """A CPU session for an IR model, a path, or serialized bytes. Load errors become BadModel.
+@dataclass(frozen=True)
+class Source:
+    """A model as an onnxruntime session opens it, decided once by ``source_of``: a file path or
+    serialized bytes, and where a segmented session cuts its big graph (``graphtool.runtime.plan``;
+    None lets the opener decide). Made before a model is handed to a thread or a child, so callers
+    hold one value instead of bytes, paths and cuts."""
 
-    ``local`` keeps the session in this process even when the CLI sandboxes sessions: latency
-    timing must not include the pipe round trip or the child's memory-pattern setting.
-    ``plan``: where to cut a path's or bytes' big graph (``graphtool.runtime.plan``; an IR
-    model's is worked out here)."""
+    data: str | bytes
+    plan: Plan | None = None
+    folder: Any = None  # the TemporaryDirectory an external-data model was saved to, alive with this
+
+
+def source_of(model: "Model | ModelProto | str | bytes | Source", path: str | None = None,
+              segment: bool = True) -> Source:
+    """How a session opens ``model``: a path as it is; a ModelProto or bytes serialized; an IR
+    model from ``path``, the file it was read from, when given (cut as planned while the model is
+    still the file's), else serialized in the order its plan describes, or saved with its external
+    weights to a temporary folder.
+    ``segment``: work out the cuts of a big graph (sessions with ORT's optimizations off)."""
     from graphtool import io
-    from graphtool.runtime import sandbox
-    from graphtool.runtime.plan import session_bytes
 
-    if sandbox.sessions_enabled() and not local:  # in the reused child, under its memory and time limits
-        return sandbox.remote_session(model, level, threads, optimized_path, plan)  # type: ignore[return-value]
-    opts = session_options(level, threads, optimized_path, mem_pattern=local)
+    if isinstance(model, Source):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        return Source(os.fspath(model))
+    if isinstance(model, bytes):
+        return Source(model)
+    if not isinstance(model, Model):  # a ModelProto (verification's instrumented copy)
+        return Source(model.SerializeToString())
+    if path is not None:  # the file ``model`` was read from: its cuts hold while the model is the file's
+        return Source(os.fspath(path), segment_plan(model) if segment and model.pristine() else None)
+    if io.wants_external(model):
+        folder = tempfile.TemporaryDirectory(prefix="graphtool-session-")
+        saved = os.path.join(folder.name, "model.onnx")
+        io.save(model, saved, external=True)
+        return Source(saved, folder=folder)
+    return Source(io.to_bytes(model), segment_plan(model) if segment else None)  # bytes in the plan's order
+
+
+def make_session(model: "Model | ModelProto | str | bytes | Source", level: str = "off", threads: int = 1,
+                 optimized_path: str | None = None, local: bool = False) -> ort.InferenceSession:
+    """A CPU session for an IR model, a ModelProto, a path, bytes or a ``Source``: the one place
+    that decides where it runs. Load errors become BadModel.
+
+    In the sandbox child when the CLI sandboxes sessions (under its memory and time limits), else
+    here; a huge graph with ORT's optimizations off opens as segments (``graphtool.runtime.segmented``).
+    ``local`` keeps the session in this process: latency timing must not include the pipe round
+    trip or the child's memory-pattern setting."""
     segment = level == "off" and not optimized_path and not local
+    source = source_of(model, segment=segment)
+    plan = source.plan if segment else None
+    if sandbox.sessions_enabled() and not local:
+        return sandbox.RemoteSession(source.data, level, threads, optimized_path, plan=plan)  # type: ignore[return-value]
+    opts = session_options(level, threads, optimized_path, mem_pattern=local)
     try:
-        if isinstance(model, Model):
-            if io.wants_external(model):
-                with tempfile.TemporaryDirectory() as tmp:
-                    path = os.path.join(tmp, "model.onnx")
-                    io.save(model, path, external=True)
-                    return _open(path, opts, segment=segment)
-            model, plan = session_bytes(model, segment)
-        return _open(model, opts, segment=segment, plan=plan)
+        return _open(source.data, opts, segment=segment, plan=plan)
     except (ort.capi.onnxruntime_pybind11_state.Fail, ort.capi.onnxruntime_pybind11_state.InvalidGraph,
             ort.capi.onnxruntime_pybind11_state.InvalidArgument, ort.capi.onnxruntime_pybind11_state.NotImplemented,
             ort.capi.onnxruntime_pybind11_state.RuntimeException,
@@ -83,8 +120,6 @@ def _open(source: str | bytes, opts: ort.SessionOptions, segment: bool, plan: di
     """One session, or for a huge graph run with optimizations off, a ``SegmentedSession``
     (onnxruntime's session build is quadratic in the node count; see graphtool.runtime.segmented)."""
     if segment:
-        from graphtool.runtime.segmented import open_segmented
-
         folder_set: list[str] = []  # a segmented model's pieces all share its folder
 
         def open_piece(piece: bytes, folder: str | None) -> ort.InferenceSession:

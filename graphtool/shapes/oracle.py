@@ -27,13 +27,13 @@ from __future__ import annotations
 import weakref
 from typing import Mapping, Optional, Union
 
-from onnx import onnx_cpp2py_export as _onnx_cpp
 from onnx import GraphProto, ModelProto, TensorProto, TypeProto, numpy_helper
+from onnx import onnx_cpp2py_export as _onnx_cpp
 
 from graphtool.ir.graph import Graph
 from graphtool.ir.model import Model
-from graphtool.ir.tensor import Tensor
 from graphtool.ir.protos import graph_without_nodes
+from graphtool.ir.tensor import Tensor
 from graphtool.ir.to_onnx import model_bytes
 from graphtool.shapes.segments import infer_in_segments, segmentable
 

@@ -61,6 +61,19 @@ import statistics
 from dataclasses import replace
 from typing import Callable
 
+from graphtool.tune.race import (
+    CONFIDENT,
+    CONFIRM_RESERVED_STEPS,
+    MARGIN,
+    SETUP_RUNS,
+    Limits,
+    RunCost,
+    confirm,
+    confirmation_seconds,
+    paired,
+    round_means,
+    run_race,
+)
 from graphtool.tune.space import (  # noqa: F401 - the search's vocabulary, re-exported: graphtool.tune is the API
     FAMILIES,
     FUSED_OPS,
@@ -76,19 +89,6 @@ from graphtool.tune.space import (  # noqa: F401 - the search's vocabulary, re-e
     Timer,
     TuneResult,
     Verifier,
-)
-from graphtool.tune.race import (
-    CONFIDENT,
-    CONFIRM_RESERVED_STEPS,
-    MARGIN,
-    SETUP_RUNS,
-    Limits,
-    RunCost,
-    confirm,
-    confirmation_seconds,
-    paired,
-    round_means,
-    run_race,
 )
 from graphtool.tune.stats import confidence, session_gap, spread  # noqa: F401 - re-exported
 

@@ -6,10 +6,22 @@ from __future__ import annotations
 
 from graphtool.verify.bisect import find_culprit
 from graphtool.verify.discover import (
-    InputSet, InputSpec, compared_values, id_bounds, metadata_sizes, shape_plan,
+    InputSet,
+    InputSpec,
+    compared_values,
+    id_bounds,
+    metadata_sizes,
+    shape_plan,
 )
 from graphtool.verify.verification import (
-    ATOL, OutputDiff, RTOL, ReferenceJob, Verification, compare_arrays, find_inputs, verify,
+    ATOL,
+    RTOL,
+    OutputDiff,
+    ReferenceJob,
+    Verification,
+    compare_arrays,
+    find_inputs,
+    verify,
 )
 
 __all__ = ["ATOL", "InputSet", "InputSpec", "OutputDiff", "RTOL", "ReferenceJob", "Verification",

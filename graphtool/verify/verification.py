@@ -17,13 +17,12 @@ import numpy as np
 import onnx
 
 from graphtool import io
-from graphtool.verify.coverage import Coverage, Site, instrument, record, strip_markers, unverified_rewrites
-from graphtool.verify.discover import Discovery, InputSet, InputSpec, ort_reason, discover, make_feeds, shape_plan
 from graphtool.errors import ModelDoesNotRun
 from graphtool.ir.model import Model
 from graphtool.ir.to_onnx import to_onnx
-from graphtool.runtime import ORT_TYPES, make_session
-from graphtool.runtime import plan_for
+from graphtool.runtime import ORT_TYPES, Source, make_session, source_of
+from graphtool.verify.coverage import Coverage, Site, instrument, record, strip_markers, unverified_rewrites
+from graphtool.verify.discover import Discovery, InputSet, InputSpec, discover, make_feeds, ort_reason, shape_plan
 
 RTOL = 1e-3
 ATOL = 1e-4
@@ -129,22 +128,20 @@ class Snapshot:
     optimized in place while the reference's session builds (``ReferenceJob``)."""
 
     proto: Any  # the original as a ModelProto (None for external-data models: the session reads the path)
-    source: Model | str  # what the session opens
+    source: Source | Model  # what the session opens: the file (a Source), or the Model, read in the thread
     branchy: bool  # If/Loop/Scan: instrument for coverage
-    plan: Any = None  # where a segmented session cuts the file's big graph (graphtool.runtime.plan)
 
     @staticmethod
     def of(original: Model, original_path: str | None = None) -> "Snapshot":
         proto = None if io.wants_external(original) else to_onnx(original)
         # only If/Loop/Scan make coverage sites: without them the whole-model copy is skipped
         branchy = any(original.graph.has_op(op) for op in ("If", "Loop", "Scan"))
-        source = original_path or original
-        return Snapshot(proto, source, branchy, plan_for(source, original) if isinstance(source, str) else None)
+        return Snapshot(proto, source_of(original, original_path) if original_path else original, branchy)
 
     @property
     def detached(self) -> bool:
         """True when nothing later reads the original Model (the session opens the file)."""
-        return isinstance(self.source, str)
+        return isinstance(self.source, Source)
 
 
 class Reference:
@@ -158,9 +155,9 @@ class Reference:
         self._check()
         if instrumented is not None:
             copy, self.sites = instrumented
-            self.session = make_session(copy.SerializeToString())
+            self.session = make_session(copy)
         else:
-            self.session = make_session(snapshot.source, plan=snapshot.plan)
+            self.session = make_session(snapshot.source)
         self.names = [o.name for o in self.session.get_outputs()]
 
     def _check(self) -> None:

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-import graphtool
-import graphtool.runtime.sandbox  # noqa: F401 - imported before any run moves TMPDIR (its child keeps this one)
 import onnxruntime  # noqa: F401 - its import writes a session-id file (.ses) into TMPDIR: before any run moves it
 
+import graphtool
+import graphtool.runtime.sandbox  # noqa: F401 - imported before any run moves TMPDIR (its child keeps this one)
 from tests.bad_inputs.make_bad_inputs import COMMANDS, MODEL, Case, build
 
 # How each command is called on a case: model path, output folder → argv. A command that

@@ -9,8 +9,8 @@ import re
 import onnx
 
 from graphtool.compare import JSON_SCHEMA
-from tests.conftest import FIXTURES
 from tests.compare.test_compare import conv_relu_model, schema_errors
+from tests.conftest import FIXTURES
 
 CONV_BN = f"{FIXTURES}/conv_bn.onnx"
 
@@ -88,9 +88,9 @@ def test_ort_starts_on_the_file_bytes_before_the_ir_is_built(run_cli, monkeypatc
     graphtool's IR builds) and uses that job; a model whose bytes may name external data waits."""
     import graphtool.cli.compare_cmd as cmd
     from graphtool import io
-    from graphtool.runtime import sandbox
     from graphtool.compare import run
     from graphtool.compare.run import ort_job_from_file_bytes
+    from graphtool.runtime import sandbox
 
     seen: list[bool] = []
     load = io.load

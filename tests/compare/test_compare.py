@@ -25,7 +25,6 @@ from graphtool.compare import (
 )
 from tests.conftest import FIXTURES
 
-
 # --------------------------------------------------------------------------- a small JSON Schema checker
 
 

@@ -7,8 +7,8 @@ import os
 import onnx
 
 from graphtool import io
-from graphtool.optimize import optimize
 from graphtool.compare import compare_peers, format_peers, missing
+from graphtool.optimize import optimize
 from tests.conftest import FIXTURES
 
 

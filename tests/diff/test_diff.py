@@ -11,8 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphtool import io
-from graphtool.diff import ADDED, CHANGED, REMOVED, diff
-from graphtool.diff import format_diff
+from graphtool.diff import ADDED, CHANGED, REMOVED, diff, format_diff
 from tests.conftest import FIXTURES, count_calls, light_model
 from tests.render.models import hand_edit, scramble
 

@@ -3,16 +3,14 @@ must say exactly what the graph says (producers, uses, captures by subgraphs).""
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import pytest
-import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from graphtool import io
-from graphtool.diff import diff
+from graphtool.diff import NONE, Hashes, Matcher, diff, positional_tokens
 from graphtool.diff import hashes as diff_hashes
-from graphtool.diff import NONE, Hashes, positional_tokens
-from graphtool.diff import Matcher
 from graphtool.ir.model import Model
 from graphtool.optimize import optimize
 from tests.conftest import FIXTURES, light_model

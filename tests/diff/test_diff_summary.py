@@ -13,11 +13,24 @@ import pytest
 from onnx import helper, numpy_helper
 
 from graphtool import io
-from graphtool.diff import ADDED, CHANGED, REMOVED, DiffResult, diff
 from graphtool.diff import (
-    CONST_INIT, DEAD, FOLDED, FUSION, GRAPH, RENAMED, WEIGHTS, ChangeGroup, summarize,
+    ADDED,
+    CHANGED,
+    CONST_INIT,
+    DEAD,
+    FOLDED,
+    FUSION,
+    GRAPH,
+    MAX_LINES,
+    REMOVED,
+    RENAMED,
+    WEIGHTS,
+    ChangeGroup,
+    DiffResult,
+    diff,
+    format_diff,
+    summarize,
 )
-from graphtool.diff import MAX_LINES, format_diff
 from graphtool.ir.model import Model
 from graphtool.optimize import optimize
 from tests.conftest import FIXTURES, light_model

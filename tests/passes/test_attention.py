@@ -224,8 +224,7 @@ def test_transformers_exports_fuse_every_layer(name):
 def level2_with_mha(model, target: str = "ort"):
     """Level 2 with the unpacked form instead of the packed one: what tune's rewrite set
     "level 2, attention as MultiHeadAttention" runs (graphtool.tune.ort.rewrite_passes)."""
-    from graphtool.tune import RewriteSet
-    from graphtool.tune import rewrite_passes
+    from graphtool.tune import RewriteSet, rewrite_passes
 
     rewrite = RewriteSet("mha", 2, ("fuse-attention-ort",), ("fuse-attention-mha",))
     fused, _, _ = optimize(model, level=2, target=target, passes=rewrite_passes(rewrite, target))

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from graphtool import io
-from graphtool.diff import diff
-from graphtool.diff import summarize
+from graphtool.diff import diff, summarize
 from graphtool.render.dot import diff_picture, infer_shapes, model_picture
 from tests.conftest import FIXTURES, light_model
 from tests.render.browser import in_view, launch, open_page, visible

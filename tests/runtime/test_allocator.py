@@ -7,9 +7,8 @@ import os
 import pytest
 
 from graphtool import io
-from graphtool.runtime import allocator
-from graphtool.runtime import sandbox
 from graphtool.compare import ort_optimized
+from graphtool.runtime import allocator, sandbox
 from tests.conftest import light_model
 
 pytestmark = pytest.mark.skipif(allocator.mimalloc_path() is None, reason="cmeel-mimalloc is not installed")

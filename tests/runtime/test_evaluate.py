@@ -1,4 +1,4 @@
-"""graphtool.runtime.evaluate: batched constant evaluation, exact numpy kernels, and what may fold."""
+"""graphtool.runtime.constants: batched constant evaluation, exact numpy kernels, and what may fold."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphtool import io
-from graphtool.runtime import can_fold, evaluate, foldable_region, frontier, is_constant, numpy_kernel
-from graphtool.runtime import session_options
+from graphtool.runtime import can_fold, evaluate, foldable_region, frontier, is_constant, numpy_kernel, session_options
 
 
 def _model(nodes, inputs=(), outputs=(), inits=(), opset=17, ir=8, functions=()):
@@ -186,8 +185,8 @@ def test_numpy_kernel_declines_what_it_cannot_prove():
 def test_numpy_kernels_equal_onnxruntime_on_the_onnx_node_tests():
     """Every ONNX node test of an op with a numpy kernel: where the kernel answers, its answer is
     onnxruntime's bit for bit (same dtype, shape and bytes; NaNs in the same places)."""
-    from graphtool.runtime.numpy_kernels import _KERNELS
     from graphtool.runtime import make_session
+    from graphtool.runtime.numpy_kernels import _KERNELS
     from tests.corpus.node_cases import node_testcases
 
     answered = declined = 0

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from graphtool.runtime import sandbox
 from graphtool.errors import BadModel
+from graphtool.runtime import sandbox
 from tests.bad_inputs.make_bad_inputs import fold_bomb
 
 
@@ -83,17 +83,19 @@ def test_errors_of_the_model_pass_through_as_themselves():
     from tests.bad_inputs.make_bad_inputs import _recursive
 
     with pytest.raises(BadModel, match="onnxruntime cannot load the model"):
-        sandbox.remote_session(_recursive(False)().SerializeToString(), "off", 1, None)
+        sandbox.RemoteSession(_recursive(False)().SerializeToString(), "off", 1, None)
 
 
-def test_remote_session_runs_like_a_local_one():
+def test_remote_session_runs_like_a_local_one(monkeypatch):
     import numpy as np
 
     from graphtool.runtime import make_session
     from tests.conftest import light_model
 
     local = make_session(light_model("squeezenet"))
-    remote = sandbox.remote_session(light_model("squeezenet"), "off", 1, None)
+    monkeypatch.setattr(sandbox, "SESSIONS", True)
+    remote = make_session(light_model("squeezenet"))  # sandboxed: make_session decides where
+    assert isinstance(remote, sandbox.RemoteSession)
     assert [i.name for i in remote.get_inputs()] == [i.name for i in local.get_inputs()]
     assert [o.shape for o in remote.get_outputs()] == [o.shape for o in local.get_outputs()]
     x = np.random.default_rng(0).standard_normal(local.get_inputs()[0].shape).astype(np.float32)
@@ -123,7 +125,7 @@ def test_named_children_are_separate_processes_and_sessions_stay_in_theirs(monke
     main = sandbox.call("testing", _pid)
     with sandbox.child("reference"):
         side = sandbox.call("testing", _pid)
-        session = sandbox.remote_session(light_model("squeezenet"), "off", 1, None)
+        session = sandbox.RemoteSession(light_model("squeezenet"), "off", 1, None)
     assert side not in (main, os.getpid())
     assert sandbox.call("testing", _pid) == main  # back to the main child after the block
     # a slow call in one child does not block another's

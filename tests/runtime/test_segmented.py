@@ -12,8 +12,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from graphtool.runtime import session as runtime
 from graphtool.runtime import segmented
+from graphtool.runtime import session as runtime
 from tests.bad_inputs.make_bad_inputs import chain_model_bytes
 from tests.conftest import BACKEND_DATA
 

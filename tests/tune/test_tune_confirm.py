@@ -17,8 +17,7 @@ from typing import Callable, Sequence
 
 import pytest
 
-from graphtool.tune import Candidate, tune
-from graphtool.tune import session_test, t_quantile
+from graphtool.tune import Candidate, session_test, t_quantile, tune
 from tests.tune.test_tune import FakeClock, FakeTimer, _always_ok
 
 

@@ -18,10 +18,9 @@ import pytest
 from onnx import numpy_helper
 
 from graphtool import io
-from graphtool.verify import InputSpec, compared_values, id_bounds, metadata_sizes, shape_plan
 from graphtool.errors import ModelDoesNotRun
 from graphtool.optimize import optimize
-from graphtool.verify import verify
+from graphtool.verify import InputSpec, compared_values, id_bounds, metadata_sizes, shape_plan, verify
 from tests.conftest import FIXTURES
 
 VERIFY = os.path.join(FIXTURES, "verify")

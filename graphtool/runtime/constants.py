@@ -28,10 +28,10 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from graphtool.ir.graph import Graph, Node, constant_node_value
 from graphtool.ir.model import Model
-from graphtool.runtime.numpy_kernels import numpy_kernel
 from graphtool.ir.tensor import Tensor
 from graphtool.ir.to_onnx import node_to_proto
 from graphtool.runtime import sandbox
+from graphtool.runtime.numpy_kernels import numpy_kernel
 from graphtool.runtime.session import session_options
 
 # Inputs of one folded node (or one ORT folding session) past this are not evaluated: ORT's own
