@@ -86,6 +86,29 @@ def _check_core(m: Match, q_in: str, projections: list[str]) -> str | None:
     scale = _scale(m)
     if scale is None:
         return "the scale is not a finite non-zero number"
+    why = _check_mask(m)
+    if why:
+        return why
+    guard = m.get("nan_fill") is not None and m.get("mask") is not None and not _finite(m.graph, m["mask"])
+    causal = None
+    if m.get("causal"):
+        causal = m.scalar("fill")
+        if causal is None or causal > MIN_CAUSAL_FILL:
+            return f"the Where fill {causal} is not a hard mask (<= {MIN_CAUSAL_FILL:g})"
+        if not _is_causal(m, m["causal"], q_in):
+            return "the Where condition is not the lower-triangular causal mask sliced to [S, S]"
+        if not m.facts.dims.equal((projections[1], 1), (q_in, 1)):
+            return "causal, but the keys are not provably as many as the queries (the kernel's causal mask is not [S, S] then)"
+    why = _check_merge(m, n, h, (q_in, 0), (q_in, 1))
+    if why:
+        return why
+    _prove_dims(m, [m["x"]] * 3 if m.get("x") else [m["q"], m["k"], m["v"]], n, h)
+    m.extra.update(heads=n, head_size=h, scale=scale, causal=causal, q_in=q_in, q_dims=((q_in, 0), (q_in, 1)),
+                   guard=guard)
+    return None
+
+
+def _check_mask(m: Match) -> str | None:
     mask = m.get("mask")
     if mask is not None:
         r = m.facts.shapes.rank(mask)
@@ -95,19 +118,17 @@ def _check_core(m: Match, q_in: str, projections: list[str]) -> str | None:
             return "the mask's broadcast shape needs opset >= 10"
     if m.get("nan_fill") is not None and m.scalar("nan_fill") != 0:
         return "the NaN guard after Softmax fills with something other than 0"
-    guard = m.get("nan_fill") is not None and mask is not None and not _finite(m.graph, mask)
-    causal = None
-    if m.get("causal"):
-        causal = m.scalar("fill")
-        if causal is None or causal > MIN_CAUSAL_FILL:
-            return f"the Where fill {causal} is not a hard mask (<= {MIN_CAUSAL_FILL:g})"
-        if not _is_causal(m, m["causal"], q_in):
-            return "the Where condition is not the lower-triangular causal mask sliced to [S, S]"
+    return None
+
+
+def _check_merge(m: Match, n: int, h: int, batch: tuple[str, int], seq: tuple[str, int]) -> str | None:
+    """The context's optional no-op Reshape, then the head merge: readers and the [B, S, N·h] target."""
+    dims = m.facts.dims
     ctx_reshape = m.node("ctx_reshape")
     if ctx_reshape is not None:
         ctx = ctx_reshape.inputs[0]
         copies = {j: (ctx, j) for j in range(4)}
-        if not dims.target_is(ctx_reshape.inputs[1], ctx_reshape.attr("allowzero", 0), [(ctx, 0), n, (q_in, 1), h], copies):
+        if not dims.target_is(ctx_reshape.inputs[1], ctx_reshape.attr("allowzero", 0), [(ctx, 0), n, seq, h], copies):
             return "the Reshape after the product with v is not provably a no-op [B, N, S, h]"
     merged = m.node("merge").outputs[0]
     readers = [u for u, _ in m.graph.uses(merged) if u != m.node("out")]
@@ -115,14 +136,188 @@ def _check_core(m: Match, q_in: str, projections: list[str]) -> str | None:
                                         for u in readers):
         return "the head-merging Transpose is read by something other than Reshapes to [B, S, ·]"
     out = m.node("out")
-    identity = dims.target_is(out.inputs[1], out.attr("allowzero", 0), [(q_in, 0), (q_in, 1), n * h],
-                              {0: (q_in, 0), 1: (q_in, 1)})
+    identity = dims.target_is(out.inputs[1], out.attr("allowzero", 0), [batch, seq, n * h], {0: batch, 1: seq})
     if not identity and _copies_head_dims(m, out):
         return "the head-merging Reshape copies a head dim (a literal 0 past dim 1)"
-    _prove_dims(m, [m["x"]] * 3 if m.get("x") else [m["q"], m["k"], m["v"]], n, h)
-    m.extra.update(heads=n, head_size=h, scale=scale, causal=causal, out_identity=identity, q_in=q_in,
-                   other_readers=readers, guard=guard)
+    m.extra.update(out_identity=identity, other_readers=readers)
     return None
+
+
+def check_cached(m: Match) -> str | None:
+    """Queries [B, N, S, h] (q's head split, or anything 4-D: rotary's output), keys and values
+    [B, N, T, h] made by anything (a KV cache's Concat, repeat_kv, a cache input): N, h static and
+    equal on all three, the batch provably one dim, k and v provably one length T."""
+    shapes, dims = m.facts.shapes, m.facts.dims
+    if m.get("q3"):
+        q = m["q3"]
+        heads = _heads(m, m.node("rs_q"), q)
+        if heads is None:
+            return "the q head split's target is not provably [B, S, N, h] of its input"
+        (n, h), batch, seq = heads, (q, 0), (q, 1)
+    else:
+        q = m["q4"]
+        n, h, batch, seq = dims.static(q, 1), dims.static(q, 3), (q, 0), (q, 2)
+        if n is None or h is None:
+            return "the queries' head count and head size are not static"
+    if shapes.dtype(q) != 1:
+        return "q is not float32 (the fused kernels' type)"
+    k4, v4 = m["k4"], m["v4"]
+    for name, value in (("k", k4), ("v", v4)):
+        if dims.static(value, 1) != n or dims.static(value, 3) != h:
+            return f"{name} is not provably [B, {n}, T, {h}] like the queries (shape {shapes.shape(value)})"
+        if shapes.dtype(value) != 1:
+            return f"{name} is not float32"
+    if not (_same_dim(m, batch, (k4, 0)) and _same_dim(m, batch, (v4, 0))):
+        return "q, k and v do not provably share one batch dim"
+    if not _same_dim(m, (k4, 2), (v4, 2)):
+        return "k and v do not provably have one length"
+    if m.node("kt_unflat") is not None and not _swaps_last_two(m):
+        return "the k transposition through Reshape/Transpose/Reshape is not provably kᵀ"
+    scale = _scale(m)
+    if scale is None:
+        return "the scale is not a finite non-zero number"
+    why = _check_mask(m) or _check_merge(m, n, h, batch, seq)
+    if why:
+        return why
+    guard = m.get("nan_fill") is not None and m.get("mask") is not None and not _finite(m.graph, m["mask"])
+    if m.get("q3"):
+        m.dims[m.node("rs_q").outputs[0]] = [batch, seq, n, h]
+        m.dims[m.node("q_head").outputs[0]] = [batch, n, seq, h]
+    for name in ("ctx_reshape", "merge"):
+        if m.node(name) is not None:
+            m.dims[m.node(name).inputs[0]] = [batch, n, seq, h]
+    m.dims[m.node("merge").outputs[0]] = [batch, seq, n, h]
+    m.extra.update(heads=n, head_size=h, scale=scale, causal=None, q_dims=(batch, seq), guard=guard)
+    return None
+
+
+Dim = tuple[str, int]
+
+
+def _same_dim(m: Match, a: Dim, b: Dim, depth: int = 0) -> bool:
+    """Dim ``a`` provably equals dim ``b``: walk each up through the ops that copy a dim (those
+    ``Dims.root`` follows, plus Reshape/Expand targets built from Shape pieces, and a head
+    split's -1), and find a common point; two Concats along the dim are equal part by part
+    (a KV cache: past keys and values one length, new keys and values one length)."""
+    if depth > 6:
+        return False
+    chain_a, chain_b = _dim_chain(m, a, depth), _dim_chain(m, b, depth)
+    dims = m.facts.dims
+    if any(dims.equal(x, y) for x in chain_a for y in chain_b):
+        return True
+    parts_a, parts_b = _concat_parts(m, chain_a[-1]), _concat_parts(m, chain_b[-1])
+    return (parts_a is not None and parts_b is not None and len(parts_a) == len(parts_b)
+            and all(_same_dim(m, x, y, depth + 1) for x, y in zip(parts_a, parts_b)))
+
+
+def _dim_chain(m: Match, dim: Dim, depth: int = 0) -> list[Dim]:
+    chain = [dim]
+    for _ in range(16):
+        root = m.facts.dims.root(*chain[-1])
+        if root != chain[-1]:
+            chain.append(root)
+        nxt = _dim_step(m, chain[-1], depth)
+        if nxt is None or nxt in chain:
+            return chain
+        chain.append(nxt)
+    return chain
+
+
+def _concat_parts(m: Match, dim: Dim) -> list[Dim] | None:
+    value, axis = dim
+    node = m.graph.producer(value)
+    r = m.facts.shapes.rank(value)
+    if node is None or node.op_type != "Concat" or r is None or node.domain not in ("", "ai.onnx"):
+        return None
+    cat = node.attr("axis", 0)
+    return [(v, axis) for v in node.inputs] if (cat + r if cat < 0 else cat) == axis else None
+
+
+def _dim_step(m: Match, dim: Dim, depth: int = 0) -> Dim | None:
+    """Where an output dim comes from, one producer up, past what ``Dims.root`` follows: a
+    Reshape's or Expand's target piece, a Concat's or Slice's untouched axis, and a broadcasting
+    op whose inputs that are not 1 there are provably one dim (rotary's x·cos + rot(x)·sin)."""
+    value, axis = dim
+    graph, shapes = m.graph, m.facts.shapes
+    node = graph.producer(value)
+    if node is not None and node.domain == MS_DOMAIN and node.op_type == "RotaryEmbedding":
+        return (node.inputs[0], axis)  # same shape as its input, 3-D or 4-D
+    if node is None or node.domain not in ("", "ai.onnx"):
+        return None
+    r = shapes.rank(value)
+    if node.op_type in ("Concat", "Slice") and r is not None:
+        if node.op_type == "Concat":
+            cat = node.attr("axis", 0)
+            touched = [cat + r if cat < 0 else cat]
+        else:
+            axes = graph.const(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else np.arange(r)
+            touched = None if axes is None else [int(a) + r if a < 0 else int(a) for a in np.reshape(axes, -1)]
+        return (node.inputs[0], axis) if touched is not None and axis not in touched else None
+    if node.op_type in ("Add", "Sub", "Mul", "Div") and r is not None:
+        candidates = []
+        for v in node.inputs:
+            rv = shapes.rank(v)
+            if rv is None:
+                return None
+            pos = axis - (r - rv)
+            if pos >= 0 and m.facts.dims.static(v, pos) != 1:
+                candidates.append((v, pos))
+        if candidates and all(_same_dim(m, candidates[0], c, depth + 1) for c in candidates[1:]):
+            return candidates[0]
+        return None
+    if node.op_type not in ("Reshape", "Expand"):
+        return None
+    pieces = shape_pieces(graph, shapes, node.inputs[1])
+    r_in = shapes.rank(node.inputs[0])
+    if pieces is None or r is None or r_in is None or len(pieces) != r or not 0 <= axis < r:
+        return None
+    piece = pieces[axis]
+    if node.op_type == "Expand":
+        pos = axis - (r - r_in)
+        if piece == 1 and pos >= 0:
+            return (node.inputs[0], pos)
+        if isinstance(piece, tuple) and (pos < 0 or m.facts.dims.static(node.inputs[0], pos) == 1):
+            return piece
+        if isinstance(piece, tuple) and m.facts.dims.equal(piece, (node.inputs[0], pos)):
+            return (node.inputs[0], pos)
+        return None
+    if isinstance(piece, tuple):
+        return piece
+    if piece == 0 and not node.attr("allowzero", 0) and axis < r_in:
+        return (node.inputs[0], axis)
+    if piece == -1:
+        return _inferred_dim(m, node, pieces, axis)
+    return None
+
+
+def _inferred_dim(m: Match, node, pieces: list, axis: int) -> Dim | None:
+    """A Reshape's -1 at ``axis`` is one input dim when the element counts say so: every other
+    target dim is a constant, or copies/equals an input dim (which then cancels); the input has
+    exactly one dim left that is not a constant, and the constants' products agree — a head
+    split [B, -1, n, h] of [B, S, n·h], repeat_kv's [B, N, -1, h] of [B, kv, g, T, h]."""
+    source, dims = node.inputs[0], m.facts.dims
+    r_in = m.facts.shapes.rank(source)
+    left = list(range(r_in))
+    out_product = 1
+    for j, piece in enumerate(pieces):
+        if j == axis:
+            continue
+        if piece == 0 and not node.attr("allowzero", 0) and j < r_in and j in left:
+            left.remove(j)
+        elif isinstance(piece, int) and piece > 0:
+            out_product *= piece
+        elif isinstance(piece, tuple):
+            same = [i for i in left if dims.equal(piece, (source, i))]
+            if not same:
+                return None
+            left.remove(same[0])
+        else:
+            return None
+    unknown = [i for i in left if dims.static(source, i) is None]
+    if len(unknown) != 1:
+        return None
+    in_product = int(np.prod([dims.static(source, i) for i in left if i != unknown[0]], dtype=np.int64))
+    return (source, unknown[0]) if in_product == out_product else None
 
 
 def _prove_dims(m: Match, sources: list[str], n: int, h: int) -> None:
@@ -180,11 +375,42 @@ def _swaps_last_two(m: Match) -> bool:
     return dims.target_is(unflat.inputs[1], unflat.attr("allowzero", 0), [(kh, 0), (kh, 1), (kh, 3), (kh, 2)], {})
 
 
+_SCALAR_OPS = {"Sqrt": np.sqrt, "Reciprocal": lambda a: 1 / a, "Cast": lambda a: a, "CastLike": lambda a: a,
+               "Identity": lambda a: a, "Div": np.divide, "Mul": np.multiply}
+
+
+def scalar_value(graph: Graph, value: str, depth: int = 0) -> float | None:
+    """A one-element number computed from constants by Sqrt/Reciprocal/Div/Mul/Cast/CastLike
+    (CastLike reads only its second input's type): dynamo's sdpa scale, 1/√√h from the head
+    size, before the level-1 folds could see through the CastLike."""
+    array = graph.const(value)
+    if array is not None:
+        if array.size != 1 or array.dtype.kind not in "fiu":
+            return None
+        number = float(array.reshape(-1)[0])
+        return number if np.isfinite(number) else None
+    node = graph.producer(value)
+    if depth > 8 or node is None or node.domain not in ("", "ai.onnx") or node.op_type not in _SCALAR_OPS:
+        return None
+    operands = node.inputs[:2] if node.op_type in ("Div", "Mul") else node.inputs[:1]
+    values = [scalar_value(graph, v, depth + 1) for v in operands]
+    if any(v is None for v in values):
+        return None
+    with np.errstate(all="ignore"):
+        number = float(_SCALAR_OPS[node.op_type](*(np.float64(v) for v in values)))
+    return number if np.isfinite(number) else None
+
+
+def is_scalar(matcher, value: str) -> str | None:
+    """A pattern's ``where``: the value is a number computed from constants (``scalar_value``)."""
+    return None if scalar_value(matcher.graph, value) is not None else "not a number computed from constants"
+
+
 def _scale(m: Match) -> float | None:
     scale = 1.0
     for name in ("pre_q", "s_q", "s_k", "s_mul"):
         if m.get(name) is not None:
-            value = m.scalar(name)
+            value = scalar_value(m.graph, m[name])
             if value is None:
                 return None
             scale *= value
@@ -192,7 +418,7 @@ def _scale(m: Match) -> float | None:
     if fused is not None:
         scale *= float(fused.attr("alpha", 1.0))
     if m.get("s_div") is not None:
-        value = m.scalar("s_div")
+        value = scalar_value(m.graph, m["s_div"])
         if not value:
             return None
         scale /= value
@@ -263,28 +489,47 @@ def _is_causal(m: Match, cond: str, x: str) -> bool:
 # ---------------------------------------------------------------------- replacements
 
 
-def _bias(m: Match, rw: Rewrite, x: str) -> str:
-    """The additive mask expanded to [·, ·, S, S], as the kernels require (shared by every layer)."""
+def _dim_tensor(rw: Rewrite, value: str, axis: int, suffix: str) -> str:
+    """A [1] int64 tensor holding dim ``axis`` of ``value`` (nodes named ``suffix``: unique per rewrite)."""
+    if rw.ctx.opset("") >= 15:
+        return rw.add("Shape", [value], attrs={"start": axis, "end": axis + 1}, suffix=suffix).outputs[0]
+    full = rw.add("Shape", [value], suffix=f"{suffix}_shape").outputs[0]  # no start/end before opset 15
+    index = rw.initializer(np.array([axis], dtype=np.int64), "axis")
+    return rw.add("Gather", [full, index], attrs={"axis": 0}, suffix=suffix).outputs[0]
+
+
+def _length(m: Match, rw: Rewrite, pieces: list[tuple[str, int]], suffix: str) -> str:
+    """A [1] int64 tensor: the sum of the dims ``pieces`` (a static number when all are known)."""
+    static = [m.facts.dims.static(*p) for p in pieces]
+    if all(s is not None for s in static):
+        return rw.initializer(np.array([sum(static)], dtype=np.int64), suffix)
+    total = _dim_tensor(rw, *pieces[0], suffix=f"{suffix}0")
+    for i, piece in enumerate(pieces[1:], 1):
+        total = rw.add("Add", [total, _dim_tensor(rw, *piece, suffix=f"{suffix}{i}")], suffix=f"{suffix}_sum{i}").outputs[0]
+    return total
+
+
+def _bias(m: Match, rw: Rewrite, q_seq: tuple[str, int], kv: list[tuple[str, int]]) -> str:
+    """The additive mask expanded to [·, ·, S, T], as the kernels require (shared by every layer):
+    S the query length (the dim ``q_seq``), T the key length, the sum of the dims ``kv`` (the new
+    keys', plus the past's when there is one). Cross-attention has T != S: expanding to [S, S]
+    wrote a model that fails whenever decoder and encoder lengths differ."""
     mask, facts, graph = m["mask"], m.facts, m.graph
-    shape = facts.shapes.shape(mask)
-    seq = facts.dims.static(x, 1)
-    if shape is not None and len(shape) == 4 and seq is not None and shape[2] == seq and shape[3] == seq:
+    dims = facts.dims
+    rank = facts.shapes.rank(mask)
+    if rank == 4 and dims.equal((mask, 2), q_seq) and len(kv) == 1 and dims.equal((mask, 3), kv[0]):
         return mask
-    key = f"{mask}|{seq}" if seq is not None else f"{mask}|{facts.dims.root(x, 1)}"
+    key = "|".join([mask, repr(dims.root(*q_seq))] + [repr(dims.root(*p)) for p in kv])
     if key in facts.expanded and graph.has_value(facts.expanded[key]):
         return facts.expanded[key]
-    if seq is not None:
-        target = rw.initializer(np.array([1, 1, seq, seq], dtype=np.int64), "bias_shape")
-    elif m.ctx.opset("") >= 15:
-        s = rw.add("Shape", [x], attrs={"start": 1, "end": 2}, suffix="seq_len").outputs[0]
-        target = rw.add("Concat", [rw.initializer(np.array([1, 1], np.int64), "ones"), s, s], attrs={"axis": 0},
-                        suffix="bias_shape").outputs[0]
-    else:  # Shape has no start/end before opset 15
-        full = rw.add("Shape", [x], suffix="shape").outputs[0]
-        one, two = (rw.initializer(np.array([v], dtype=np.int64), "axis") for v in (1, 2))
-        s = rw.add("Slice", [full, one, two], suffix="seq_len").outputs[0]
-        target = rw.add("Concat", [rw.initializer(np.array([1, 1], np.int64), "ones"), s, s], attrs={"axis": 0},
-                        suffix="bias_shape").outputs[0]
+    q_len = _length(m, rw, [q_seq], "q_len")
+    kv_len = q_len if len(kv) == 1 and dims.equal(kv[0], q_seq) else _length(m, rw, kv, "kv_len")
+    if graph.const(q_len) is not None and graph.const(kv_len) is not None:
+        sizes = [1, 1, int(graph.const(q_len)[0]), int(graph.const(kv_len)[0])]
+        target = rw.initializer(np.array(sizes, dtype=np.int64), "bias_shape")
+    else:
+        ones = rw.initializer(np.array([1, 1], np.int64), "ones")
+        target = rw.add("Concat", [ones, q_len, kv_len], attrs={"axis": 0}, suffix="bias_shape").outputs[0]
     facts.expanded[key] = rw.add("Expand", [mask, target], suffix="attention_bias").outputs[0]
     return facts.expanded[key]
 
@@ -303,14 +548,14 @@ def _finish(m: Match, rw: Rewrite, fused: str) -> str:
     visible key is NaN there and 0 in the original, and nowhere else does the output hold a NaN
     the original's product with v would not.
     """
-    q_in = m.extra["q_in"]
     if m.extra["guard"]:
         nan = rw.add("IsNaN", [fused], suffix="is_nan").outputs[0]
         zero = rw.initializer(np.zeros((), np.float32), "zero")
         fused = rw.add("Where", [nan, zero, fused], suffix="nan_guard").outputs[0]
-    shape = m.facts.shapes.shape(q_in)
-    if shape is not None:
-        record_shape(m.graph, m.facts.shapes, fused, [shape[0], shape[1], m.extra["heads"] * m.extra["head_size"]], 1)
+    (b, b_axis), (s, s_axis) = m.extra["q_dims"]
+    b_shape, s_shape = m.facts.shapes.shape(b), m.facts.shapes.shape(s)
+    if b_shape is not None and s_shape is not None:
+        record_shape(m.graph, m.facts.shapes, fused, [b_shape[b_axis], s_shape[s_axis], m.extra["heads"] * m.extra["head_size"]], 1)
     for reader in m.extra["other_readers"]:  # same element order: only the Reshape's input changes
         m.graph.set_input(reader, 0, fused)
     if m.extra["out_identity"]:
@@ -326,7 +571,7 @@ def emit_attention(m: Match, rw: Rewrite) -> str:
     weight = rw.initializer(np.concatenate(m.extra["weights"], axis=1).astype(np.float32), "qkv_weight")
     biases = [b if b is not None else np.zeros(hidden, np.float32) for b in m.extra["biases"]]
     bias = rw.initializer(np.concatenate(biases).astype(np.float32), "qkv_bias")
-    inputs = [x, weight, bias] + (["", "", _bias(m, rw, x)] if m.get("mask") else [])
+    inputs = [x, weight, bias] + (["", "", _bias(m, rw, (x, 1), [(x, 1)])] if m.get("mask") else [])
     return _finish(m, rw, rw.add("Attention", inputs, attrs=_attrs(m), domain=MS_DOMAIN).outputs[0])
 
 
@@ -335,7 +580,7 @@ def emit_multi_head(m: Match, rw: Rewrite) -> str:
     first), whose factor the ``scale`` attribute already holds; the head split reads the Mul's output."""
     use_ms_domain(m.ctx)
     q_in = m.extra["q_in"]
-    inputs = [m["q"], m["k"], m["v"]] + (["", "", _bias(m, rw, q_in)] if m.get("mask") else [])
+    inputs = [m["q"], m["k"], m["v"]] + (["", "", _bias(m, rw, (q_in, 1), [(m["k"], 1)])] if m.get("mask") else [])
     return _finish(m, rw, rw.add("MultiHeadAttention", inputs, attrs=_attrs(m), domain=MS_DOMAIN).outputs[0])
 
 
@@ -353,5 +598,22 @@ def emit_onnx_attention(m: Match, rw: Rewrite) -> str:
     attrs = {"q_num_heads": m.extra["heads"], "kv_num_heads": m.extra["heads"], "scale": float(m.extra["scale"])}
     if m.extra["causal"] is not None:
         attrs["is_causal"] = 1
-    inputs = qkv + ([_bias(m, rw, x)] if m.get("mask") else [])
+    inputs = qkv + ([_bias(m, rw, (x, 1), [(x, 1)])] if m.get("mask") else [])
     return _finish(m, rw, rw.add("Attention", inputs, attrs=attrs).outputs[0])
+
+
+def emit_cached(m: Match, rw: Rewrite) -> str:
+    """MultiHeadAttention on q [B, S, N·h] and k, v [B, N, T, h] as they are (the kernel's 4-D
+    key/value form: T may be anything — past and new keys, encoder states). Queries that are
+    not a head split of a [B, S, N·h] value get the merge back: Transpose, Reshape [0, 0, N·h]."""
+    use_ms_domain(m.ctx)
+    n, h = m.extra["heads"], m.extra["head_size"]
+    if m.get("q3"):
+        query = m["q3"]
+    else:
+        merged = rw.add("Transpose", [m["q4"]], attrs={"perm": [0, 2, 1, 3]}, suffix="query_merge").outputs[0]
+        target = rw.initializer(np.array([0, 0, n * h], np.int64), "query_shape")
+        query = rw.add("Reshape", [merged, target], suffix="query").outputs[0]
+    bias = ["", "", _bias(m, rw, m.extra["q_dims"][1], [(m["k4"], 2)])] if m.get("mask") else []
+    node = rw.add("MultiHeadAttention", [query, m["k4"], m["v4"]] + bias, attrs=_attrs(m), domain=MS_DOMAIN)
+    return _finish(m, rw, node.outputs[0])

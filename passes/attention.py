@@ -30,6 +30,8 @@ additive mask with a larger batch than the input's batch of 1 is rejected by onn
 
 from __future__ import annotations
 
+from functools import partial
+
 from graphtool.ir.graph import Graph
 from graphtool.pass_manager import PassContext, register
 from graphtool.passes import _attention_parts as parts
@@ -76,6 +78,30 @@ def _core(q: object, k: object, v: object) -> object:
     return op.Reshape(merged, Var("out_shape"), _name="out")
 
 
+def _cached_core() -> object:
+    """Attention of [B, N, S, h] queries over [B, N, T, h] keys and values that anything made:
+    a KV cache's Concat, repeat_kv's Expand/Reshape (grouped KV heads), rotary, a cache input
+    (cross-attention over cached encoder states). Queries are q's head split when it is one."""
+    q4 = either(op.Transpose(op.Reshape(Var("q3", rank=3), Var("hs_q"), _name="rs_q"), perm=HEADS, _name="q_head"),
+                Var("q4", rank=4))
+    k4, v4 = Var("k4", rank=4), Var("v4", rank=4)
+    k_t = either(op.Transpose(k4, perm=[0, 1, 3, 2]),
+                 op.Reshape(op.Transpose(op.Reshape(k4, Var("kt_flat")), perm=[0, 2, 1]), Var("kt_shape"),
+                            _name="kt_unflat"))
+    number = partial(Var, where=parts.is_scalar)  # a constant, or a scale computed from constants
+    q_side, k_side = opt(op.Mul(q4, number("s_q"))), opt(op.Mul(k_t, number("s_k")))
+    plain = {"transA": OneOf(0, None), "transBatchA": OneOf(0, None), "transBatchB": OneOf(0, None)}
+    scores = either(op.MatMul(q_side, k_side),
+                    ms.FusedMatMul(q_side, k_side, transB=OneOf(0, None), _name="fused_scores", **plain),
+                    ms.FusedMatMul(q_side, k4, transB=1, _name="fused_scores", **plain))
+    scaled = either(op.Div(scores, number("s_div")), op.Mul(scores, number("s_mul")), scores)
+    softmax = op.Softmax(either(op.Add(scaled, Var("mask")), scaled), axis=OneOf(-1, 3), _name="softmax")
+    probs = either(op.Where(op.IsNaN(softmax), Scalar("nan_fill"), softmax), softmax)
+    context = opt(op.Reshape(op.MatMul(probs, v4), Var("ctx_shape"), _name="ctx_reshape"))
+    merged = op.Transpose(context, perm=HEADS, _name="merge", _shared=True)
+    return op.Reshape(merged, Var("out_shape"), _name="out")
+
+
 _packed = _linear("qkv")
 SELF_ATTENTION = Rule("self-attention", _core(*_qkv_sources(_packed)), parts.emit_attention,
                       parts.check_self_attention, emits="Attention")
@@ -83,6 +109,7 @@ PROJECTED = Rule("projected-attention", _core(Var("q", rank=3), Var("k", rank=3)
                  parts.emit_multi_head, parts.check_projected, emits="MultiHeadAttention")
 UNPACKED = Rule("unpacked-attention", PROJECTED.pattern, parts.emit_multi_head, parts.check_projected,
                 emits="MultiHeadAttention")
+CACHED = Rule("cached-attention", _cached_core(), parts.emit_cached, parts.check_cached, emits="MultiHeadAttention")
 ONNX_ATTENTION = Rule("onnx-attention", SELF_ATTENTION.pattern, parts.emit_onnx_attention,
                       parts.check_self_attention, emits="Attention")
 
@@ -96,7 +123,7 @@ class _AttentionPass(RulePass):
 class FuseAttentionOrt(_AttentionPass):
     """Fuse self-attention subgraphs into com.microsoft Attention (packed QKV) for onnxruntime."""
 
-    rules = (SELF_ATTENTION, PROJECTED)
+    rules = (SELF_ATTENTION, PROJECTED, CACHED)
 
     def applies(self, graph: Graph, ctx: PassContext) -> bool:
         return contrib_allowed(graph, ctx, "Attention", "MultiHeadAttention")

@@ -1,0 +1,206 @@
+"""Decoder layers as transformers' exports write them, with symbolic dims (for the attention tests).
+
+Each builder returns one layer's attention (the projections, the head split, the cache, the
+masks, Softmax, the merge) the way the TorchScript/dynamo exports of Llama/Qwen/Mistral (rotary,
+grouped KV heads repeated by ``repeat_kv``), BART/Whisper (self-attention with a past, cross-
+attention over the encoder's states with the encoder's padding mask) and GPT-2 (one packed
+projection, a past) write it. Every dim is its own symbol, so tests can feed distinct sizes:
+decoder 5 / encoder 12, past 8 / new 4, a decode step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+H, N, HD = 32, 4, 8
+F32 = TensorProto.FLOAT
+MIN = float(np.finfo(np.float32).min)
+
+
+class _Builder:
+    def __init__(self, seed: int = 0):
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[onnx.ValueInfoProto] = []
+        self.rng = np.random.default_rng(seed)
+        self.count = 0
+
+    def const(self, array, name: str | None = None) -> str:
+        self.count += 1
+        name = name or f"c{self.count}"
+        self.inits.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def op(self, op_type: str, inputs: list[str], n_out: int = 1, **attrs) -> str | list[str]:
+        self.count += 1
+        outs = [f"{op_type.lower()}_{self.count}" + (f"_{i}" if n_out > 1 else "") for i in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=f"/{op_type}_{self.count}", **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    def linear(self, x: str, out: int, bias: bool = True) -> str:
+        w = self.const((self.rng.standard_normal((H, out)) * 0.2).astype(np.float32))
+        y = self.op("MatMul", [x, w])
+        return self.op("Add", [y, self.const((self.rng.standard_normal(out) * 0.1).astype(np.float32))]) if bias else y
+
+    def dim(self, value: str, axis: int) -> str:
+        return self.op("Shape", [value], start=axis, end=axis + 1)
+
+    def heads(self, proj: str, n: int, like: str) -> str:
+        """[B, S, n·h] -> [B, n, S, h], the target built from the input's shape (as exporters do)."""
+        target = self.op("Concat", [self.dim(like, 0), self.const(np.array([-1], np.int64)),
+                                    self.const(np.array([n, HD], np.int64))], axis=0)
+        return self.op("Transpose", [self.op("Reshape", [proj, target])], perm=[0, 2, 1, 3])
+
+    def input(self, name: str, dims: list, dtype: int = F32) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, dtype, dims))
+        return name
+
+    def output(self, value: str, name: str, dims: list | None = None) -> None:
+        self.nodes.append(helper.make_node("Identity", [value], [name], name=f"/out_{name}"))
+        self.outputs.append(helper.make_tensor_value_info(name, F32, dims))
+
+    def model(self, opset: int = 17) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, "decoder", self.inputs, self.outputs, self.inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+    # ------------------------------------------------------------------ attention pieces
+
+    def sdpa(self, q4: str, k4: str, v4: str, mask: str | None, like: str, scale_form: str = "div") -> str:
+        """softmax(q·kᵀ/√h + mask)·v, merged back to [B, S, H]."""
+        kt = self.op("Transpose", [k4], perm=[0, 1, 3, 2])
+        if scale_form == "div":
+            scores = self.op("Div", [self.op("MatMul", [q4, kt]), self.const(np.array(np.sqrt(HD), np.float32))])
+        else:  # dynamo's sdpa: √c on both sides
+            c = self.const(np.array(HD ** -0.25, np.float32))
+            scores = self.op("MatMul", [self.op("Mul", [q4, c]), self.op("Mul", [kt, c])])
+        if mask is not None:
+            scores = self.op("Add", [scores, mask])
+        ctx = self.op("MatMul", [self.op("Softmax", [scores], axis=-1), v4])
+        target = self.op("Concat", [self.dim(like, 0), self.dim(like, 1), self.const(np.array([H], np.int64))], axis=0)
+        return self.op("Reshape", [self.op("Transpose", [ctx], perm=[0, 2, 1, 3]), target])
+
+    def rotary(self, x4: str, cos: str, sin: str) -> str:
+        """Llama's half-split rotary on [B, N, S, h]: x·cos + rotate_half(x)·sin."""
+        half = HD // 2
+        lo = self.op("Slice", [x4, self.const(np.array([0], np.int64)), self.const(np.array([half], np.int64)),
+                               self.const(np.array([3], np.int64))])
+        hi = self.op("Slice", [x4, self.const(np.array([half], np.int64)), self.const(np.array([HD], np.int64)),
+                               self.const(np.array([3], np.int64))])
+        rot = self.op("Concat", [self.op("Neg", [hi]), lo], axis=-1)
+        return self.op("Add", [self.op("Mul", [x4, cos]), self.op("Mul", [rot, sin])])
+
+    def repeat_kv(self, x4: str, groups: int, kv_heads: int) -> str:
+        """[B, kv, T, h] -> [B, kv·groups, T, h] (transformers' repeat_kv: Unsqueeze, Expand, Reshape)."""
+        up = self.op("Unsqueeze", [x4, self.const(np.array([2], np.int64))])
+        b, t = self.dim(x4, 0), self.dim(x4, 2)
+        shape = self.op("Concat", [b, self.const(np.array([kv_heads, groups], np.int64)), t,
+                                   self.const(np.array([HD], np.int64))], axis=0)
+        target = self.op("Concat", [b, self.const(np.array([kv_heads * groups], np.int64)), t,
+                                    self.const(np.array([HD], np.int64))], axis=0)
+        return self.op("Reshape", [self.op("Expand", [up, shape]), target])
+
+    def padding_bias(self, mask2d: str, queries: str) -> str:
+        """transformers' _prepare_4d_attention_mask: [B, T] of 1/0 -> [B, 1, S, T] of 0/min."""
+        m4 = self.op("Cast", [self.op("Unsqueeze", [mask2d, self.const(np.array([1, 2], np.int64))])], to=F32)
+        shape = self.op("Concat", [self.dim(mask2d, 0), self.const(np.array([1], np.int64)), self.dim(queries, 1),
+                                   self.dim(mask2d, 1)], axis=0)
+        inverted = self.op("Sub", [self.const(np.array(1.0, np.float32)), self.op("Expand", [m4, shape])])
+        return self.op("Mul", [inverted, self.const(np.array(MIN, np.float32))])
+
+
+def llama_layer(kv_heads: int = 2, rotary: bool = True, scale_form: str = "div") -> onnx.ModelProto:
+    """Llama/Qwen/Mistral self-attention with a KV cache: rotary on q and k, past concat, grouped
+    KV heads repeated, the causal + padding mask given as [B, 1, S, P+S] (what the model's mask
+    code computes from attention_mask and cache positions)."""
+    b = _Builder()
+    x = b.input("x", ["batch", "seq", H])
+    mask = b.input("mask", ["batch", 1, "seq", "total"])
+    past_k = b.input("past_key", ["batch", kv_heads, "past", HD])
+    past_v = b.input("past_value", ["batch", kv_heads, "past", HD])
+    cos = sin = None
+    if rotary:
+        cos = b.op("Unsqueeze", [b.input("cos", ["batch", "seq", HD]), b.const(np.array([1], np.int64))])
+        sin = b.op("Unsqueeze", [b.input("sin", ["batch", "seq", HD]), b.const(np.array([1], np.int64))])
+    q4 = b.heads(b.linear(x, H, bias=False), N, x)
+    k4 = b.heads(b.linear(x, kv_heads * HD, bias=False), kv_heads, x)
+    v4 = b.heads(b.linear(x, kv_heads * HD, bias=False), kv_heads, x)
+    if rotary:
+        q4, k4 = b.rotary(q4, cos, sin), b.rotary(k4, cos, sin)
+    k_all = b.op("Concat", [past_k, k4], axis=2)
+    v_all = b.op("Concat", [past_v, v4], axis=2)
+    b.output(k_all, "present_key", ["batch", kv_heads, "total", HD])
+    b.output(v_all, "present_value", ["batch", kv_heads, "total", HD])
+    if kv_heads != N:
+        k_all, v_all = b.repeat_kv(k_all, N // kv_heads, kv_heads), b.repeat_kv(v_all, N // kv_heads, kv_heads)
+    y = b.sdpa(q4, k_all, v_all, mask, x, scale_form)
+    b.output(b.linear(y, H, bias=False), "y", ["batch", "seq", H])
+    return b.model()
+
+
+def bart_decoder_layer(cached_cross: bool = False, encoder_mask: bool = True) -> onnx.ModelProto:
+    """BART/Whisper decoder layer: self-attention over past + new keys (causal + padding mask
+    [B, 1, S, P+S]), then cross-attention over the encoder's states (projected here, or the
+    cached [B, N, L, h] keys and values of a decode step) with the encoder's padding mask."""
+    b = _Builder(1)
+    x = b.input("x", ["batch", "seq", H])
+    mask = b.input("mask", ["batch", 1, "seq", "total"])
+    past_k = b.input("past_key", ["batch", N, "past", HD])
+    past_v = b.input("past_value", ["batch", N, "past", HD])
+    q = b.op("Mul", [b.linear(x, H), b.const(np.array(HD ** -0.5, np.float32))])  # BART scales q first
+    k_all = b.op("Concat", [past_k, b.heads(b.linear(x, H), N, x)], axis=2)
+    v_all = b.op("Concat", [past_v, b.heads(b.linear(x, H), N, x)], axis=2)
+    b.output(k_all, "present_key", ["batch", N, "total", HD])
+    b.output(v_all, "present_value", ["batch", N, "total", HD])
+    kt = b.op("Transpose", [k_all], perm=[0, 1, 3, 2])
+    scores = b.op("Add", [b.op("MatMul", [b.heads(q, N, x), kt]), mask])
+    ctx = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v_all])
+    target = b.op("Concat", [b.dim(x, 0), b.dim(x, 1), b.const(np.array([H], np.int64))], axis=0)
+    h1 = b.op("Add", [x, b.linear(b.op("Reshape", [b.op("Transpose", [ctx], perm=[0, 2, 1, 3]), target]), H)])
+    # cross-attention
+    enc_mask = b.input("encoder_mask", ["batch", "enc_seq"], TensorProto.INT64) if encoder_mask else None
+    if cached_cross:
+        ck = b.input("cross_key", ["batch", N, "enc_seq", HD])
+        cv = b.input("cross_value", ["batch", N, "enc_seq", HD])
+    else:
+        enc = b.input("encoder_states", ["batch", "enc_seq", H])
+        ck, cv = b.heads(b.linear(enc, H), N, enc), b.heads(b.linear(enc, H), N, enc)
+    cq = b.heads(b.op("Mul", [b.linear(h1, H), b.const(np.array(HD ** -0.5, np.float32))]), N, h1)
+    bias = b.padding_bias(enc_mask, h1) if encoder_mask else None
+    scores = b.op("MatMul", [cq, b.op("Transpose", [ck], perm=[0, 1, 3, 2])])
+    if bias is not None:
+        scores = b.op("Add", [scores, bias])
+    ctx = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), cv])
+    target = b.op("Concat", [b.dim(h1, 0), b.dim(h1, 1), b.const(np.array([H], np.int64))], axis=0)
+    y = b.op("Add", [h1, b.linear(b.op("Reshape", [b.op("Transpose", [ctx], perm=[0, 2, 1, 3]), target]), H)])
+    b.output(y, "y", ["batch", "seq", H])
+    return b.model()
+
+
+def feeds(model: onnx.ModelProto, batch: int = 2, seq: int = 4, past: int = 8, enc: int = 12,
+          seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs at the given sizes: a causal mask over past + new keys with the second sequence's
+    first keys padded (left padding), an encoder mask with the second sequence's last keys padded."""
+    rng = np.random.default_rng(seed)
+    total = past + seq
+    out: dict[str, np.ndarray] = {}
+    for i in model.graph.input:
+        sizes = {"batch": batch, "seq": seq, "past": past, "total": total, "enc_seq": enc}
+        shape = [sizes.get(d.dim_param, d.dim_value) for d in i.type.tensor_type.shape.dim]
+        if i.name == "mask":
+            hidden = np.triu(np.ones((seq, total), bool), k=past + 1)[None, None].repeat(batch, 0)
+            hidden[1:, ..., : min(2, total - 1)] = True
+            out[i.name] = np.where(hidden, MIN, 0).astype(np.float32)
+        elif i.name == "encoder_mask":
+            m = np.ones((batch, enc), np.int64)
+            m[1:, enc - 3:] = 0
+            out[i.name] = m
+        elif i.name in ("cos", "sin"):
+            angles = np.arange(past, past + seq)[:, None] * (1.0 / 10000 ** (np.arange(0, HD, 2) / HD))[None]
+            angles = np.concatenate([angles, angles], -1)
+            out[i.name] = np.broadcast_to(np.cos(angles) if i.name == "cos" else np.sin(angles), shape).astype(np.float32)
+        else:
+            out[i.name] = rng.standard_normal(shape).astype(np.float32)
+    return out

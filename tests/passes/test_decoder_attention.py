@@ -1,0 +1,147 @@
+"""Decoder attention (KV caches, grouped KV heads, rotary, cross-attention) -> MultiHeadAttention.
+
+Every model is checked at distinct sizes for every symbolic dim: decoder 5 / encoder 12, past 8 /
+new 4, a decode step (new 1), a prefill (past 0), batch 3 — a rewrite that is right only when
+two dims happen to be equal (issue 32: the cross-attention mask expanded to [S, S]) fails here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from graphtool import io
+from graphtool.optimize import optimize
+from tests.passes import decoder_models as dm
+from tests.passes.ort_helpers import assert_same_outputs, ops, run
+
+SIZES = [dict(seq=5, enc=12, past=3), dict(seq=4, past=8), dict(seq=1, past=8), dict(seq=7, past=0, enc=2),
+         dict(batch=3, seq=2, past=5, enc=9)]
+
+
+def fused_and_equal(proto: onnx.ModelProto, expected: int, passes=None, sizes=SIZES):
+    original, fused, _ = run(proto, passes)
+    counts = ops(fused)
+    assert counts["com.microsoft:MultiHeadAttention"] == expected, counts
+    assert "Softmax" not in counts
+    for kw in sizes:
+        assert_same_outputs(original, fused, dm.feeds(proto, **kw))
+    return fused
+
+
+def test_cross_attention_with_encoder_mask_runs_when_decoder_and_encoder_lengths_differ():
+    """Issue 32: the encoder's padding mask [B, 1, S_dec, S_enc] was expanded to [1, 1, S_dec,
+    S_dec]: 'invalid expand shape' in onnxruntime as soon as the two lengths differ."""
+    proto = dm.bart_decoder_layer()
+    fused_and_equal(proto, 2, ["fuse-attention-ort"])
+
+
+@pytest.mark.parametrize("form", ["expanded", "broadcast"])
+def test_cross_attention_mask_expands_to_decoder_by_encoder(form):
+    """A [B, 1, 1, S_enc] mask (not expanded by the model) gets Expand [1, 1, S_dec, S_enc]."""
+    proto = dm.bart_decoder_layer()
+    if form == "broadcast":  # drop the model's Expand: the mask reaches the Add as [B, 1, 1, S_enc]
+        graph = proto.graph
+        expand = next(n for n in graph.node if n.op_type == "Expand" and n.output[0].startswith("expand"))
+        for node in graph.node:
+            node.input[:] = [expand.input[0] if v == expand.output[0] else v for v in node.input]
+    fused = fused_and_equal(proto, 2, ["fuse-attention-ort"], [dict(seq=5, enc=12), dict(seq=1, enc=12, past=4)])
+    assert ops(fused)["Expand"] >= 1
+
+
+@pytest.mark.parametrize("name,build", [
+    ("llama_gqa", lambda: dm.llama_layer(kv_heads=2)),          # rotary, 2 KV heads repeated to 4
+    ("llama_mqa", lambda: dm.llama_layer(kv_heads=1)),          # one KV head
+    ("llama_mha", lambda: dm.llama_layer(kv_heads=4)),          # no grouping
+    ("gqa_dynamo_sdpa", lambda: dm.llama_layer(kv_heads=2, rotary=False, scale_form="sdpa")),
+    ("bart_cached_cross", lambda: dm.bart_decoder_layer(cached_cross=True)),
+    ("bart_no_encoder_mask", lambda: dm.bart_decoder_layer(encoder_mask=False)),
+])
+def test_decoder_layers_fuse_at_level_2_and_run_at_other_sizes(name, build):
+    proto = build()
+    expected = 2 if name.startswith("bart") else 1
+    fused_and_equal(proto, expected)
+
+
+def test_fuses_after_fused_matmul_took_the_scores():
+    """If ort-fused-matmul ran first (Q·Kᵀ as FusedMatMul transB=1, alpha = the scale), the rule
+    still matches, and reads the scale from alpha."""
+    proto = dm.llama_layer(kv_heads=2)
+    original = io.load_proto(proto)
+    pre, _, _ = optimize(original, level=2, target="ort", passes=["ort-fused-matmul"])
+    assert ops(pre)["com.microsoft:FusedMatMul"] >= 1
+    fused, _, _ = optimize(pre, level=2, target="ort", passes=["fuse-attention-ort"])
+    assert ops(fused)["com.microsoft:MultiHeadAttention"] == 1
+    for kw in SIZES[:3]:
+        assert_same_outputs(original, fused, dm.feeds(proto, **kw))
+
+
+def test_refuses_keys_and_values_of_unproven_lengths():
+    """k and v from two cache inputs with their own length symbols: no proof that T_k = T_v."""
+    proto = dm.bart_decoder_layer(cached_cross=True)
+    for i in proto.graph.input:
+        if i.name == "cross_value":
+            i.CopyFrom(helper.make_tensor_value_info("cross_value", TensorProto.FLOAT, ["batch", dm.N, "v_len", dm.HD]))
+    _, fused, _ = run(proto, ["fuse-attention-ort"])
+    assert ops(fused)["com.microsoft:MultiHeadAttention"] == 1  # the self-attention only
+    assert ops(fused)["Softmax"] == 1
+
+
+def test_refuses_grouped_heads_that_are_not_repeated():
+    """K with 2 heads against 4 query heads (broadcast would fail in the original too, but the
+    rule must not claim [B, N, T, h]): q·kᵀ over mismatched heads is never fused."""
+    proto = dm.llama_layer(kv_heads=2)
+    reshapes = [n for n in proto.graph.node if n.op_type == "Reshape"]
+    repeat = [n for n in reshapes if any(v.startswith("expand") for v in n.input)]
+    concat_k = [n for n in proto.graph.node if n.op_type == "Concat" and n.input[0] == "past_key"][0]
+    for node in proto.graph.node:  # the scores read the cache before repeat_kv
+        if node.op_type == "Transpose" and node.input[0] == repeat[0].output[0]:
+            node.input[0] = concat_k.output[0]
+    _, fused, _ = run(proto, ["fuse-attention-ort"])
+    assert "com.microsoft:MultiHeadAttention" not in ops(fused)
+
+
+def test_refuses_softmax_over_queries():
+    proto = dm.llama_layer(kv_heads=2)
+    softmax = next(n for n in proto.graph.node if n.op_type == "Softmax")
+    softmax.attribute[0].i = 2
+    _, fused, _ = run(proto, ["fuse-attention-ort"])
+    assert "com.microsoft:MultiHeadAttention" not in ops(fused)
+
+
+def test_causal_cross_attention_with_other_key_length_is_refused():
+    """The projected rule's causal mask is [S, S]: with keys from elsewhere it proves T = S first."""
+    from tests.passes.test_attention import attention_model
+
+    proto = attention_model(weights_as_inputs=True, causal=True, mask=False)
+    graph = proto.graph
+    graph.input.append(helper.make_tensor_value_info("enc", TensorProto.FLOAT, ["batch", "enc_seq", 16]))
+    for node in graph.node:
+        if node.op_type == "MatMul" and node.input[1] in ("Wk", "Wv"):
+            node.input[0] = "enc"
+    _, fused, _ = run(proto, ["fuse-attention-ort"])
+    assert "com.microsoft:MultiHeadAttention" not in ops(fused)
+
+
+# ------------------------------------------------ onnxscript's real-model graphs (its wheel, as code)
+
+
+def _onnxscript_model(module: str, factory: str) -> onnx.ModelProto:
+    models = pytest.importorskip("onnxscript.rewriter.models." + module)
+    ir = pytest.importorskip("onnx_ir")
+    test = getattr(models, factory)()
+    return ir.serde.serialize_model(test.get_onnx_model()), test.get_ort_inputs()
+
+
+def test_onnxscript_whisper_decoder_with_past_self_and_cached_cross_attention():
+    """onnxscript's one-layer Whisper decoder (its ort_fusions test expects MultiHeadAttention for
+    the self-attention over past + new keys and for the cross-attention over the cached encoder
+    keys): level 2 fuses both, outputs as the original's on the peer's inputs (past 32, new 1)."""
+    proto, inputs = _onnxscript_model("_whisper_decoder", "whisper_decoder_test")
+    original = io.load_proto(proto)
+    fused, _, _ = optimize(io.load_proto(proto), level=2, target="ort")
+    counts = ops(fused)
+    assert counts["com.microsoft:MultiHeadAttention"] == 2 and "Softmax" not in counts, counts
+    assert_same_outputs(original, fused, inputs, atol=1e-3)
