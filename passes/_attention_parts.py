@@ -8,10 +8,18 @@ It returns None to accept, or the reason it refuses (what ``--explain`` prints).
 from __future__ import annotations
 
 import numpy as np
+from graphtool.passes._ort_common import (
+    MS_DOMAIN,
+    Dims,
+    Shapes,
+    record_shape,
+    shape_pieces,
+    use_ms_domain,
+)
+from onnx import TensorProto, helper
 
 from graphtool.ir.graph import Graph
 from graphtool.pass_manager import PassContext
-from graphtool.passes._ort_common import MS_DOMAIN, Dims, Shapes, record_shape, shape_pieces, use_ms_domain
 from graphtool.rewrite import Match, Rewrite
 
 MIN_CAUSAL_FILL = -1e4
@@ -73,7 +81,6 @@ def check_projected(m: Match) -> str | None:
 
 
 def _check_core(m: Match, q_in: str, projections: list[str]) -> str | None:
-    dims = m.facts.dims
     heads = [_heads(m, m.node(f"rs_{t}"), p) for t, p in zip("qkv", projections)]
     if any(h is None for h in heads):
         t = "qkv"[[h is None for h in heads].index(True)]
@@ -112,8 +119,9 @@ def _check_mask(m: Match) -> str | None:
     mask = m.get("mask")
     if mask is not None:
         r = m.facts.shapes.rank(mask)
-        if r is None or r > 4 or not m.facts.shapes.is_float(mask):
-            return f"the mask has rank {r} (or is not float); the kernels take rank <= 4 float"
+        dtype = m.facts.shapes.dtype(mask)
+        if r is None or r > 4 or dtype != m.extra.get("dtype", TensorProto.FLOAT):
+            return f"the mask has rank {r} and type {dtype}; the kernels take rank <= 4 of the queries' type"
         if m.ctx.opset("") < 10:
             return "the mask's broadcast shape needs opset >= 10"
     if m.get("nan_fill") is not None and m.scalar("nan_fill") != 0:
@@ -121,14 +129,41 @@ def _check_mask(m: Match) -> str | None:
     return None
 
 
+def _target_is(m: Match, target: str, allowzero: int, expected: list, copies: dict[int, Dim]) -> bool:
+    """``Dims.target_is`` with the walks of this module: a piece equals a wanted dim when
+    ``_same_dim`` proves it, or both are the same static size (``static_size``)."""
+    if m.facts.dims.target_is(target, allowzero, expected, copies):
+        return True
+    pieces = shape_pieces(m.graph, m.facts.shapes, target)
+    if pieces is None or len(pieces) != len(expected):
+        return False
+
+    def size(p):
+        return p if isinstance(p, int) else static_size(m, *p)
+
+    unknown = 0
+    for j, (piece, want) in enumerate(zip(pieces, expected)):
+        if piece == -1:
+            unknown += 1
+            continue
+        if piece == 0 and not allowzero:
+            piece = copies.get(j)
+            if piece is None:
+                return False
+        if isinstance(piece, tuple) and isinstance(want, tuple) and _same_dim(m, piece, want):
+            continue
+        if size(piece) is None or size(piece) != size(want):
+            return False
+    return unknown <= 1
+
+
 def _check_merge(m: Match, n: int, h: int, batch: tuple[str, int], seq: tuple[str, int]) -> str | None:
     """The context's optional no-op Reshape, then the head merge: readers and the [B, S, N·h] target."""
-    dims = m.facts.dims
     ctx_reshape = m.node("ctx_reshape")
     if ctx_reshape is not None:
         ctx = ctx_reshape.inputs[0]
         copies = {j: (ctx, j) for j in range(4)}
-        if not dims.target_is(ctx_reshape.inputs[1], ctx_reshape.attr("allowzero", 0), [(ctx, 0), n, seq, h], copies):
+        if not _target_is(m, ctx_reshape.inputs[1], ctx_reshape.attr("allowzero", 0), [(ctx, 0), n, seq, h], copies):
             return "the Reshape after the product with v is not provably a no-op [B, N, S, h]"
     merged = m.node("merge").outputs[0]
     readers = [u for u, _ in m.graph.uses(merged) if u != m.node("out")]
@@ -136,7 +171,7 @@ def _check_merge(m: Match, n: int, h: int, batch: tuple[str, int], seq: tuple[st
                                         for u in readers):
         return "the head-merging Transpose is read by something other than Reshapes to [B, S, ·]"
     out = m.node("out")
-    identity = dims.target_is(out.inputs[1], out.attr("allowzero", 0), [batch, seq, n * h], {0: batch, 1: seq})
+    identity = _target_is(m, out.inputs[1], out.attr("allowzero", 0), [batch, seq, n * h], {0: batch, 1: seq})
     if not identity and _copies_head_dims(m, out):
         return "the head-merging Reshape copies a head dim (a literal 0 past dim 1)"
     m.extra.update(out_identity=identity, other_readers=readers)
@@ -147,7 +182,7 @@ def check_cached(m: Match) -> str | None:
     """Queries [B, N, S, h] (q's head split, or anything 4-D: rotary's output), keys and values
     [B, N, T, h] made by anything (a KV cache's Concat, repeat_kv, a cache input): N, h static and
     equal on all three, the batch provably one dim, k and v provably one length T."""
-    shapes, dims = m.facts.shapes, m.facts.dims
+    shapes = m.facts.shapes
     if m.get("q3"):
         q = m["q3"]
         heads = _heads(m, m.node("rs_q"), q)
@@ -156,17 +191,19 @@ def check_cached(m: Match) -> str | None:
         (n, h), batch, seq = heads, (q, 0), (q, 1)
     else:
         q = m["q4"]
-        n, h, batch, seq = dims.static(q, 1), dims.static(q, 3), (q, 0), (q, 2)
+        n, h, batch, seq = static_size(m, q, 1), static_size(m, q, 3), (q, 0), (q, 2)
         if n is None or h is None:
             return "the queries' head count and head size are not static"
-    if shapes.dtype(q) != 1:
-        return "q is not float32 (the fused kernels' type)"
+    dtype = shapes.dtype(q)
+    if dtype not in (TensorProto.FLOAT, TensorProto.FLOAT16):
+        return "q is not float32 or float16 (MultiHeadAttention's CPU types)"
+    m.extra["dtype"] = dtype
     k4, v4 = m["k4"], m["v4"]
     for name, value in (("k", k4), ("v", v4)):
-        if dims.static(value, 1) != n or dims.static(value, 3) != h:
+        if static_size(m, value, 1) != n or static_size(m, value, 3) != h:
             return f"{name} is not provably [B, {n}, T, {h}] like the queries (shape {shapes.shape(value)})"
-        if shapes.dtype(value) != 1:
-            return f"{name} is not float32"
+        if shapes.dtype(value) != dtype:
+            return f"{name} is not of the queries' type"
     if not (_same_dim(m, batch, (k4, 0)) and _same_dim(m, batch, (v4, 0))):
         return "q, k and v do not provably share one batch dim"
     if not _same_dim(m, (k4, 2), (v4, 2)):
@@ -199,7 +236,15 @@ def _same_dim(m: Match, a: Dim, b: Dim, depth: int = 0) -> bool:
     ``Dims.root`` follows, plus Reshape/Expand targets built from Shape pieces, and a head
     split's -1), and find a common point; two Concats along the dim are equal part by part
     (a KV cache: past keys and values one length, new keys and values one length)."""
-    if depth > 6:
+    memo = m.extra.setdefault("same_dim", {})
+    if (a, b) not in memo:
+        memo[(a, b)] = False  # a cycle through this pair proves nothing
+        memo[(a, b)] = _prove_same_dim(m, a, b, depth)
+    return memo[(a, b)]
+
+
+def _prove_same_dim(m: Match, a: Dim, b: Dim, depth: int) -> bool:
+    if depth > 12:
         return False
     chain_a, chain_b = _dim_chain(m, a, depth), _dim_chain(m, b, depth)
     dims = m.facts.dims
@@ -221,6 +266,112 @@ def _dim_chain(m: Match, dim: Dim, depth: int = 0) -> list[Dim]:
             return chain
         chain.append(nxt)
     return chain
+
+
+_SAME_SHAPE = {"Cast", "Neg", "Identity", "Softmax", "Sqrt", "Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Abs", "Dropout",
+               "Cos", "Sin", "Reciprocal", "LayerNormalization", "Gelu", "Softplus", "IsNaN", "Not",
+               "DynamicQuantizeLinear", "DequantizeLinear", "QuantizeLinear"}
+
+
+def static_size(m: Match, value: str, axis: int, depth: int = 0) -> int | None:
+    """The size of dim ``axis`` of ``value`` when the graph fixes it, read through the ops that
+    carry it where inference gave up (a Reshape target built from Shape pieces, then Transpose,
+    rotary's broadcasting Mul/Add, Concat/Slice on other axes, repeat_kv's Expand and Reshape)."""
+    dims, graph, shapes = m.facts.dims, m.graph, m.facts.shapes
+    known = dims.static(value, axis)
+    if known is not None or depth > 24:
+        return known
+    node, r = graph.producer(value), shapes.rank(value)
+    if node is None or r is None or not 0 <= axis < r:
+        return None
+    op, ins = node.op_type, node.inputs
+    if node.domain == MS_DOMAIN:
+        return static_size(m, ins[0], axis, depth + 1) if op == "RotaryEmbedding" else None
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    if op in _SAME_SHAPE:
+        return static_size(m, ins[0], axis, depth + 1)
+    if op in ("Add", "Sub", "Mul", "Div", "Where"):  # the original runs: every input not 1 there has the size
+        sizes = []
+        for v in ins:
+            rv = shapes.rank(v)
+            pos = axis - (r - rv) if rv is not None else -1
+            if rv is None:
+                return None
+            if pos >= 0:
+                sizes.append(static_size(m, v, pos, depth + 1))
+        big = [z for z in sizes if z is not None and z != 1]
+        return big[0] if big else (1 if sizes and all(z == 1 for z in sizes) else None)
+    if op == "Transpose":
+        perm = node.attr("perm")
+        return static_size(m, ins[0], int(perm[axis]), depth + 1) if perm is not None and len(perm) == r else None
+    if op in ("Concat", "Slice"):
+        step = _dim_step(m, (value, axis))
+        return static_size(m, step[0], step[1], depth + 1) if step is not None else None
+    if op == "Unsqueeze":
+        axes = _const_axes(m, node)
+        if axes is None or axis in axes:
+            return 1 if axes is not None else None
+        return static_size(m, ins[0], axis - sum(a < axis for a in axes), depth + 1)
+    if op in ("Reshape", "Expand"):
+        pieces = shape_pieces(graph, shapes, ins[1])
+        if pieces is None or len(pieces) != r:
+            return None
+        piece = pieces[axis]
+        if isinstance(piece, tuple):
+            size = static_size(m, piece[0], piece[1], depth + 1)
+        elif op == "Reshape" and piece == 0 and not node.attr("allowzero", 0):
+            size = static_size(m, ins[0], axis, depth + 1)
+        elif op == "Reshape" and piece == -1:
+            size = _minus_one(m, node, pieces, axis, depth)
+        else:
+            size = piece
+        if op == "Expand" and size == 1:
+            rv = shapes.rank(ins[0])
+            pos = axis - (r - rv) if rv is not None else -1
+            return static_size(m, ins[0], pos, depth + 1) if pos >= 0 else 1
+        return size if isinstance(size, int) and size >= 0 else None
+    return None
+
+
+def _const_axes(m: Match, node) -> list[int] | None:
+    axes = node.attr("axes")
+    if axes is None and len(node.inputs) > 1 and node.inputs[1]:
+        axes = m.graph.const(node.inputs[1])
+    r = m.facts.shapes.rank(node.outputs[0])
+    if axes is None or r is None:
+        return None
+    return sorted(int(a) + r if int(a) < 0 else int(a) for a in np.reshape(axes, -1))
+
+
+def _minus_one(m: Match, node, pieces: list, axis: int, depth: int) -> int | None:
+    """A Reshape's -1 from the element counts, when every dim but matching copies is fixed."""
+    source = node.inputs[0]
+    r_in = m.facts.shapes.rank(source)
+    if r_in is None:
+        return None
+    left = list(range(r_in))
+    out_product = 1
+    for j, piece in enumerate(pieces):
+        if j == axis:
+            continue
+        if piece == 0 and not node.attr("allowzero", 0) and j < r_in and j in left:
+            left.remove(j)
+            continue
+        if isinstance(piece, tuple):
+            same = [i for i in left if _same_dim(m, piece, (source, i))]
+            if same:
+                left.remove(same[0])
+                continue
+            piece = static_size(m, piece[0], piece[1], depth + 1)
+        if not isinstance(piece, int) or piece <= 0:
+            return None
+        out_product *= piece
+    sizes = [static_size(m, source, i, depth + 1) for i in left]
+    if any(z is None for z in sizes) or out_product == 0:
+        return None
+    total = int(np.prod(sizes, dtype=np.int64))
+    return total // out_product if total % out_product == 0 else None
 
 
 def _concat_parts(m: Match, dim: Dim) -> list[Dim] | None:
@@ -245,6 +396,8 @@ def _dim_step(m: Match, dim: Dim, depth: int = 0) -> Dim | None:
     if node is None or node.domain not in ("", "ai.onnx"):
         return None
     r = shapes.rank(value)
+    if node.op_type in _SAME_SHAPE:
+        return (node.inputs[0], axis) if shapes.rank(node.inputs[0]) == r else None
     if node.op_type in ("Concat", "Slice") and r is not None:
         if node.op_type == "Concat":
             cat = node.attr("axis", 0)
@@ -253,13 +406,19 @@ def _dim_step(m: Match, dim: Dim, depth: int = 0) -> Dim | None:
             axes = graph.const(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else np.arange(r)
             touched = None if axes is None else [int(a) + r if a < 0 else int(a) for a in np.reshape(axes, -1)]
         return (node.inputs[0], axis) if touched is not None and axis not in touched else None
-    if node.op_type in ("Add", "Sub", "Mul", "Div") and r is not None:
+    matmul = node.op_type in ("MatMul", "MatMulInteger")
+    if matmul and r is not None and axis == r - 2 and shapes.rank(node.inputs[0]) == r:
+        return (node.inputs[0], axis)  # rows of A
+    matmul_batch = matmul and r is not None and axis < r - 2
+    if (node.op_type in ("Add", "Sub", "Mul", "Div", "Where") or matmul_batch) and r is not None:
         candidates = []
         for v in node.inputs:
             rv = shapes.rank(v)
             if rv is None:
                 return None
             pos = axis - (r - rv)
+            if matmul_batch and pos >= rv - 2:
+                return None
             if pos >= 0 and m.facts.dims.static(v, pos) != 1:
                 candidates.append((v, pos))
         if candidates and all(_same_dim(m, candidates[0], c, depth + 1) for c in candidates[1:]):
@@ -548,14 +707,18 @@ def _finish(m: Match, rw: Rewrite, fused: str) -> str:
     visible key is NaN there and 0 in the original, and nowhere else does the output hold a NaN
     the original's product with v would not.
     """
-    if m.extra["guard"]:
-        nan = rw.add("IsNaN", [fused], suffix="is_nan").outputs[0]
-        zero = rw.initializer(np.zeros((), np.float32), "zero")
-        fused = rw.add("Where", [nan, zero, fused], suffix="nan_guard").outputs[0]
+    dtype = m.extra.get("dtype", TensorProto.FLOAT)
     (b, b_axis), (s, s_axis) = m.extra["q_dims"]
     b_shape, s_shape = m.facts.shapes.shape(b), m.facts.shapes.shape(s)
-    if b_shape is not None and s_shape is not None:
-        record_shape(m.graph, m.facts.shapes, fused, [b_shape[b_axis], s_shape[s_axis], m.extra["heads"] * m.extra["head_size"]], 1)
+    dims = [b_shape[b_axis] if b_shape else None, s_shape[s_axis] if s_shape else None,
+            m.extra["heads"] * m.extra["head_size"]]
+    record_shape(m.graph, m.facts.shapes, fused, dims, dtype)
+    if m.extra["guard"]:  # shapes recorded too: later proofs walk through the guard to the fused op
+        nan = rw.add("IsNaN", [fused], suffix="is_nan").outputs[0]
+        record_shape(m.graph, m.facts.shapes, nan, dims, TensorProto.BOOL)
+        zero = rw.initializer(np.zeros((), helper.tensor_dtype_to_np_dtype(dtype)), "zero")
+        fused = rw.add("Where", [nan, zero, fused], suffix="nan_guard").outputs[0]
+        record_shape(m.graph, m.facts.shapes, fused, dims, dtype)
     for reader in m.extra["other_readers"]:  # same element order: only the Reshape's input changes
         m.graph.set_input(reader, 0, fused)
     if m.extra["out_identity"]:
@@ -617,3 +780,4 @@ def emit_cached(m: Match, rw: Rewrite) -> str:
     bias = ["", "", _bias(m, rw, m.extra["q_dims"][1], [(m["k4"], 2)])] if m.get("mask") else []
     node = rw.add("MultiHeadAttention", [query, m["k4"], m["v4"]] + bias, attrs=_attrs(m), domain=MS_DOMAIN)
     return _finish(m, rw, node.outputs[0])
+

@@ -17,6 +17,25 @@ targets, the scale, the mask's rank, a causal condition. Emitted: ``com.microsof
 (packed QKV) or, for projections that are not constant, ``MultiHeadAttention`` with
 ``--target ort``; ONNX ``Attention`` (opset >= 23) with ``--target onnx``.
 
+``cached-attention`` (``--target ort``) is attention as decoders write it: q [B, N, S, h] (q's head
+split, or anything 4-D: rotary's output) over k, v [B, N, T, h] that anything made — a KV cache's
+``Concat(past, new)``, ``repeat_kv``'s Unsqueeze/Expand/Reshape (grouped KV heads), a cache input
+(cross-attention over cached encoder states). It becomes MultiHeadAttention in its 4-D key/value
+form: the cache Concat and the repeat stay, T may be anything (past + new, the encoder's length).
+The check proves, walking the shape plumbing (Concat part by part, Reshape targets and their -1,
+Expand, rotary's broadcasting ops, dynamic quantization), that q, k, v share the batch dim, k and v
+one length T, and N, h are static on all three; float32 or float16. Refusals: "q, k and v do not
+provably share one batch dim", "k and v do not provably have one length", "k is not provably
+[B, N, T, h] like the queries" (grouped heads not repeated), the mask and merge refusals above.
+Why not GroupQueryAttention: onnxruntime's CPU kernel refuses batch > 1 with a past and more than
+one new token ("past 8 / new 4" at batch 2), and reads padding from seqlens_k, not the mask; why
+not ONNX Attention for these at opset 23: onnxruntime's CPU kernel differs from the graph on a
+query row whose keys are all masked (left padding at prefill), so --target onnx leaves them.
+
+The mask becomes attention_bias expanded to [1, 1, S, T] (S the queries', T the keys' length):
+expanding a cross-attention mask to [S, S] wrote models that fail when decoder and encoder
+lengths differ (issue 32).
+
 ``fuse-attention-mha`` is the same fusion with the projections left as they are (three MatMul
 (+ Add), MultiHeadAttention taking q, k, v): which of the two forms onnxruntime runs faster
 depends on the CPU, the batch and the threads (BERT-base dynamo export, batch 2, one thread:
@@ -32,11 +51,23 @@ from __future__ import annotations
 
 from functools import partial
 
-from graphtool.ir.graph import Graph
-from graphtool.pass_manager import PassContext, register
 from graphtool.passes import _attention_parts as parts
 from graphtool.passes._ort_common import contrib_allowed
-from graphtool.rewrite import Const, OneOf, RulePass, Rule, Scalar, Var, either, ms, op, opt
+
+from graphtool.ir.graph import Graph
+from graphtool.pass_manager import PassContext, register
+from graphtool.rewrite import (
+    Const,
+    OneOf,
+    Rule,
+    RulePass,
+    Scalar,
+    Var,
+    either,
+    ms,
+    op,
+    opt,
+)
 
 HEADS, K_T = [0, 2, 1, 3], [0, 2, 3, 1]
 x = Var("x", rank=3)

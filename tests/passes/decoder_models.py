@@ -20,7 +20,8 @@ MIN = float(np.finfo(np.float32).min)
 
 
 class _Builder:
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, dtype: int = F32):
+        self.dtype = dtype  # floats in the graph: float32, or float16 (constants and inputs)
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
@@ -31,7 +32,10 @@ class _Builder:
     def const(self, array, name: str | None = None) -> str:
         self.count += 1
         name = name or f"c{self.count}"
-        self.inits.append(numpy_helper.from_array(np.asarray(array), name))
+        array = np.asarray(array)
+        if array.dtype.kind == "f":
+            array = array.astype(np.float16 if self.dtype == TensorProto.FLOAT16 else np.float32)
+        self.inits.append(numpy_helper.from_array(array, name))
         return name
 
     def op(self, op_type: str, inputs: list[str], n_out: int = 1, **attrs) -> str | list[str]:
@@ -55,12 +59,12 @@ class _Builder:
         return self.op("Transpose", [self.op("Reshape", [proj, target])], perm=[0, 2, 1, 3])
 
     def input(self, name: str, dims: list, dtype: int = F32) -> str:
-        self.inputs.append(helper.make_tensor_value_info(name, dtype, dims))
+        self.inputs.append(helper.make_tensor_value_info(name, self.dtype if dtype == F32 else dtype, dims))
         return name
 
     def output(self, value: str, name: str, dims: list | None = None) -> None:
         self.nodes.append(helper.make_node("Identity", [value], [name], name=f"/out_{name}"))
-        self.outputs.append(helper.make_tensor_value_info(name, F32, dims))
+        self.outputs.append(helper.make_tensor_value_info(name, self.dtype, dims))
 
     def model(self, opset: int = 17) -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, "decoder", self.inputs, self.outputs, self.inits)
@@ -104,18 +108,18 @@ class _Builder:
 
     def padding_bias(self, mask2d: str, queries: str) -> str:
         """transformers' _prepare_4d_attention_mask: [B, T] of 1/0 -> [B, 1, S, T] of 0/min."""
-        m4 = self.op("Cast", [self.op("Unsqueeze", [mask2d, self.const(np.array([1, 2], np.int64))])], to=F32)
+        m4 = self.op("Cast", [self.op("Unsqueeze", [mask2d, self.const(np.array([1, 2], np.int64))])], to=self.dtype)
         shape = self.op("Concat", [self.dim(mask2d, 0), self.const(np.array([1], np.int64)), self.dim(queries, 1),
                                    self.dim(mask2d, 1)], axis=0)
         inverted = self.op("Sub", [self.const(np.array(1.0, np.float32)), self.op("Expand", [m4, shape])])
         return self.op("Mul", [inverted, self.const(np.array(MIN, np.float32))])
 
 
-def llama_layer(kv_heads: int = 2, rotary: bool = True, scale_form: str = "div") -> onnx.ModelProto:
+def llama_layer(kv_heads: int = 2, rotary: bool = True, scale_form: str = "div", dtype: int = F32) -> onnx.ModelProto:
     """Llama/Qwen/Mistral self-attention with a KV cache: rotary on q and k, past concat, grouped
     KV heads repeated, the causal + padding mask given as [B, 1, S, P+S] (what the model's mask
     code computes from attention_mask and cache positions)."""
-    b = _Builder()
+    b = _Builder(dtype=dtype)
     x = b.input("x", ["batch", "seq", H])
     mask = b.input("mask", ["batch", 1, "seq", "total"])
     past_k = b.input("past_key", ["batch", kv_heads, "past", HD])
@@ -184,6 +188,12 @@ def feeds(model: onnx.ModelProto, batch: int = 2, seq: int = 4, past: int = 8, e
     """Inputs at the given sizes: a causal mask over past + new keys with the second sequence's
     first keys padded (left padding), an encoder mask with the second sequence's last keys padded."""
     rng = np.random.default_rng(seed)
+    out = _feeds(model, batch, seq, past, enc, rng)
+    half = {i.name for i in model.graph.input if i.type.tensor_type.elem_type == TensorProto.FLOAT16}
+    return {k: v.astype(np.float16) if k in half else v for k, v in out.items()}
+
+
+def _feeds(model, batch, seq, past, enc, rng) -> dict[str, np.ndarray]:
     total = past + seq
     out: dict[str, np.ndarray] = {}
     for i in model.graph.input:

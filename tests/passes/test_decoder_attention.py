@@ -7,7 +7,6 @@ two dims happen to be equal (issue 32: the cross-attention mask expanded to [S, 
 
 from __future__ import annotations
 
-import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
@@ -63,6 +62,16 @@ def test_decoder_layers_fuse_at_level_2_and_run_at_other_sizes(name, build):
     proto = build()
     expected = 2 if name.startswith("bart") else 1
     fused_and_equal(proto, expected)
+
+
+def test_float16_decoder_layer():
+    """MultiHeadAttention has a float16 CPU kernel: a float16 export fuses too (mask, q, k, v all
+    float16), outputs within float16's precision."""
+    proto = dm.llama_layer(kv_heads=2, dtype=TensorProto.FLOAT16)
+    original, fused, _ = run(proto)
+    assert ops(fused)["com.microsoft:MultiHeadAttention"] == 1
+    for kw in SIZES[:3]:
+        assert_same_outputs(original, fused, dm.feeds(proto, **kw), atol=2e-2)
 
 
 def test_fuses_after_fused_matmul_took_the_scores():
