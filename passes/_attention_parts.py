@@ -198,7 +198,7 @@ def check_cached(m: Match) -> str | None:
     if dtype not in (TensorProto.FLOAT, TensorProto.FLOAT16):
         return "q is not float32 or float16 (MultiHeadAttention's CPU types)"
     m.extra["dtype"] = dtype
-    k4, v4 = m["k4"], m["v4"]
+    k4, v4 = kv_value(m, "k"), kv_value(m, "v")
     for name, value in (("k", k4), ("v", v4)):
         if static_size(m, value, 1) != n or static_size(m, value, 3) != h:
             return f"{name} is not provably [B, {n}, T, {h}] like the queries (shape {shapes.shape(value)})"
@@ -217,6 +217,7 @@ def check_cached(m: Match) -> str | None:
     if why:
         return why
     guard = m.get("nan_fill") is not None and m.get("mask") is not None and not _finite(m.graph, m["mask"])
+    m.extra["past"] = _past_form(m, n, h, seq)
     if m.get("q3"):
         m.dims[m.node("rs_q").outputs[0]] = [batch, seq, n, h]
         m.dims[m.node("q_head").outputs[0]] = [batch, n, seq, h]
@@ -479,6 +480,34 @@ def _inferred_dim(m: Match, node, pieces: list, axis: int) -> Dim | None:
     return (source, unknown[0]) if in_product == out_product else None
 
 
+def kv_value(m: Match, t: str) -> str:
+    """The [B, N, T, h] keys (``t`` = "k") or values: the cache Concat's output, or the 4-D value."""
+    cat = m.node(f"cat_{t}")
+    return cat.outputs[0] if cat is not None else m[f"{t}4"]
+
+
+def _past_form(m: Match, n: int, h: int, seq: Dim) -> bool:
+    """MultiHeadAttention can take the cache itself (past_key/past_value in, present out) when
+    both k and v are Concat(past [B, N, P, h], head split of a new [B, S, N·h] projection) with
+    S the queries' length, and nothing but the match reads the Concats (a graph output is fine:
+    the fused op's present outputs take their names; a Shape reader could feed the mask and close
+    a cycle through the fused op, so the 4-D form is used then)."""
+    if m.node("cat_k") is None or m.node("cat_v") is None:
+        return False
+    inside = {node.id for node in m.nodes}
+    for t in "kv":
+        if _heads(m, m.node(f"rs_{t}"), m[f"{t}3"]) != (n, h):
+            return False
+        past = m[f"past_{t}"]
+        if static_size(m, past, 1) != n or static_size(m, past, 3) != h:
+            return False
+        if not _same_dim(m, (m[f"{t}3"], 1), seq):
+            return False
+        if any(user.id not in inside for user, _ in m.graph.uses(m.node(f"cat_{t}").outputs[0])):
+            return False
+    return True
+
+
 def _prove_dims(m: Match, sources: list[str], n: int, h: int) -> None:
     """Dims of the values inside the match, for Shape readers (TorchScript reads a head split's
     or the context's shape to build later Reshape targets): the head splits, then through the
@@ -668,7 +697,7 @@ def _length(m: Match, rw: Rewrite, pieces: list[tuple[str, int]], suffix: str) -
     return total
 
 
-def _bias(m: Match, rw: Rewrite, q_seq: tuple[str, int], kv: list[tuple[str, int]]) -> str:
+def _bias(m: Match, rw: Rewrite, q_seq: tuple[str, int], kv: list[tuple[str, int]], whole: Dim | None = None) -> str:
     """The additive mask expanded to [·, ·, S, T], as the kernels require (shared by every layer):
     S the query length (the dim ``q_seq``), T the key length, the sum of the dims ``kv`` (the new
     keys', plus the past's when there is one). Cross-attention has T != S: expanding to [S, S]
@@ -676,7 +705,8 @@ def _bias(m: Match, rw: Rewrite, q_seq: tuple[str, int], kv: list[tuple[str, int
     mask, facts, graph = m["mask"], m.facts, m.graph
     dims = facts.dims
     rank = facts.shapes.rank(mask)
-    if rank == 4 and dims.equal((mask, 2), q_seq) and len(kv) == 1 and dims.equal((mask, 3), kv[0]):
+    whole = whole or (kv[0] if len(kv) == 1 else None)  # a value whose dim is T, for the proof only
+    if rank == 4 and whole is not None and _same_dim(m, (mask, 2), q_seq) and _same_dim(m, (mask, 3), whole):
         return mask
     key = "|".join([mask, repr(dims.root(*q_seq))] + [repr(dims.root(*p)) for p in kv])
     if key in facts.expanded and graph.has_value(facts.expanded[key]):
@@ -777,7 +807,16 @@ def emit_cached(m: Match, rw: Rewrite) -> str:
         merged = rw.add("Transpose", [m["q4"]], attrs={"perm": [0, 2, 1, 3]}, suffix="query_merge").outputs[0]
         target = rw.initializer(np.array([0, 0, n * h], np.int64), "query_shape")
         query = rw.add("Reshape", [merged, target], suffix="query").outputs[0]
-    bias = ["", "", _bias(m, rw, m.extra["q_dims"][1], [(m["k4"], 2)])] if m.get("mask") else []
-    node = rw.add("MultiHeadAttention", [query, m["k4"], m["v4"]] + bias, attrs=_attrs(m), domain=MS_DOMAIN)
+    q_seq, k4 = m.extra["q_dims"][1], kv_value(m, "k")
+    if m.extra["past"]:  # the cache goes in, the present comes out under the Concats' names
+        kv = [(m["past_k"], 2), (m["k3"], 1)]
+        bias = _bias(m, rw, q_seq, kv, whole=(k4, 2)) if m.get("mask") else ""
+        present = [rw.take_over(m.node(f"cat_{t}").outputs[0]) for t in "kv"]
+        out = rw.graph.fresh_name(f"{rw.name}_out")
+        inputs = [query, m["k3"], m["v3"], "", "", bias, m["past_k"], m["past_v"]]
+        node = rw.add("MultiHeadAttention", inputs, [out, *present], attrs=_attrs(m), domain=MS_DOMAIN)
+        return _finish(m, rw, node.outputs[0])
+    bias = ["", "", _bias(m, rw, q_seq, [(k4, 2)])] if m.get("mask") else []
+    node = rw.add("MultiHeadAttention", [query, k4, kv_value(m, "v")] + bias, attrs=_attrs(m), domain=MS_DOMAIN)
     return _finish(m, rw, node.outputs[0])
 

@@ -22,6 +22,9 @@ split, or anything 4-D: rotary's output) over k, v [B, N, T, h] that anything ma
 ``Concat(past, new)``, ``repeat_kv``'s Unsqueeze/Expand/Reshape (grouped KV heads), a cache input
 (cross-attention over cached encoder states). It becomes MultiHeadAttention in its 4-D key/value
 form: the cache Concat and the repeat stay, T may be anything (past + new, the encoder's length).
+When k and v are both ``Concat(past, head split of the new projection)`` (no rotary, no repeat:
+GPT-2, BART, T5, Whisper) and nothing else reads the Concats, the cache goes into the fused op
+itself: past_key/past_value in, present_key/present_value out under the Concats' names.
 The check proves, walking the shape plumbing (Concat part by part, Reshape targets and their -1,
 Expand, rotary's broadcasting ops, dynamic quantization), that q, k, v share the batch dim, k and v
 one length T, and N, h are static on all three; float32 or float16. Refusals: "q, k and v do not
@@ -109,13 +112,20 @@ def _core(q: object, k: object, v: object) -> object:
     return op.Reshape(merged, Var("out_shape"), _name="out")
 
 
+def _cache(t: str) -> object:
+    """k or v [B, N, T, h]: a KV cache's Concat(past, head split of the new projection), or any 4-D value."""
+    new = op.Transpose(op.Reshape(Var(f"{t}3", rank=3), Var(f"hs_{t}"), _name=f"rs_{t}"), perm=HEADS)
+    return either(op.Concat(Var(f"past_{t}", rank=4), new, axis=OneOf(2, -2), _name=f"cat_{t}", _shared=True),
+                  Var(f"{t}4", rank=4))
+
+
 def _cached_core() -> object:
     """Attention of [B, N, S, h] queries over [B, N, T, h] keys and values that anything made:
     a KV cache's Concat, repeat_kv's Expand/Reshape (grouped KV heads), rotary, a cache input
     (cross-attention over cached encoder states). Queries are q's head split when it is one."""
     q4 = either(op.Transpose(op.Reshape(Var("q3", rank=3), Var("hs_q"), _name="rs_q"), perm=HEADS, _name="q_head"),
                 Var("q4", rank=4))
-    k4, v4 = Var("k4", rank=4), Var("v4", rank=4)
+    k4, v4 = _cache("k"), _cache("v")
     k_t = either(op.Transpose(k4, perm=[0, 1, 3, 2]),
                  op.Reshape(op.Transpose(op.Reshape(k4, Var("kt_flat")), perm=[0, 2, 1]), Var("kt_shape"),
                             _name="kt_unflat"))

@@ -62,9 +62,13 @@ class _Builder:
         self.inputs.append(helper.make_tensor_value_info(name, self.dtype if dtype == F32 else dtype, dims))
         return name
 
-    def output(self, value: str, name: str, dims: list | None = None) -> None:
-        self.nodes.append(helper.make_node("Identity", [value], [name], name=f"/out_{name}"))
+    def output(self, value: str, name: str, dims: list | None = None) -> str:
+        """``value`` becomes the graph output ``name`` (renamed, as exporters name present.*)."""
+        for node in self.nodes:
+            node.output[:] = [name if v == value else v for v in node.output]
+            node.input[:] = [name if v == value else v for v in node.input]
         self.outputs.append(helper.make_tensor_value_info(name, self.dtype, dims))
+        return name
 
     def model(self, opset: int = 17) -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, "decoder", self.inputs, self.outputs, self.inits)
@@ -135,8 +139,8 @@ def llama_layer(kv_heads: int = 2, rotary: bool = True, scale_form: str = "div",
         q4, k4 = b.rotary(q4, cos, sin), b.rotary(k4, cos, sin)
     k_all = b.op("Concat", [past_k, k4], axis=2)
     v_all = b.op("Concat", [past_v, v4], axis=2)
-    b.output(k_all, "present_key", ["batch", kv_heads, "total", HD])
-    b.output(v_all, "present_value", ["batch", kv_heads, "total", HD])
+    k_all = b.output(k_all, "present_key", ["batch", kv_heads, "total", HD])
+    v_all = b.output(v_all, "present_value", ["batch", kv_heads, "total", HD])
     if kv_heads != N:
         k_all, v_all = b.repeat_kv(k_all, N // kv_heads, kv_heads), b.repeat_kv(v_all, N // kv_heads, kv_heads)
     y = b.sdpa(q4, k_all, v_all, mask, x, scale_form)
@@ -156,8 +160,8 @@ def bart_decoder_layer(cached_cross: bool = False, encoder_mask: bool = True) ->
     q = b.op("Mul", [b.linear(x, H), b.const(np.array(HD ** -0.5, np.float32))])  # BART scales q first
     k_all = b.op("Concat", [past_k, b.heads(b.linear(x, H), N, x)], axis=2)
     v_all = b.op("Concat", [past_v, b.heads(b.linear(x, H), N, x)], axis=2)
-    b.output(k_all, "present_key", ["batch", N, "total", HD])
-    b.output(v_all, "present_value", ["batch", N, "total", HD])
+    k_all = b.output(k_all, "present_key", ["batch", N, "total", HD])
+    v_all = b.output(v_all, "present_value", ["batch", N, "total", HD])
     kt = b.op("Transpose", [k_all], perm=[0, 1, 3, 2])
     scores = b.op("Add", [b.op("MatMul", [b.heads(q, N, x), kt]), mask])
     ctx = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v_all])

@@ -154,3 +154,25 @@ def test_onnxscript_whisper_decoder_with_past_self_and_cached_cross_attention():
     counts = ops(fused)
     assert counts["com.microsoft:MultiHeadAttention"] == 2 and "Softmax" not in counts, counts
     assert_same_outputs(original, fused, inputs, atol=1e-3)
+
+
+def test_cache_concat_becomes_past_and_present_of_the_fused_op():
+    """BART's self-attention: Concat(past, new) for k and v becomes MultiHeadAttention's
+    past_key/past_value inputs and present outputs (under the Concats' names, graph outputs kept)."""
+    proto = dm.bart_decoder_layer()
+    fused = fused_and_equal(proto, 2, ["fuse-attention-ort", "dead-code-elimination"])
+    with_past = [n for n in fused.graph.nodes("MultiHeadAttention") if len(n.inputs) == 8 and n.inputs[6] == "past_key"]
+    assert len(with_past) == 1 and len(with_past[0].outputs) == 3
+    assert "Concat" not in {n.op_type for n in fused.graph.nodes() if "past_key" in n.inputs}
+
+
+def test_cache_read_by_a_shape_keeps_the_concat():
+    """A Shape of the cache Concat (how some exports size the mask) could feed the fused op and
+    close a cycle through its present output: the 4-D key/value form is used, the Concat stays."""
+    proto = dm.bart_decoder_layer()
+    cat = next(n for n in proto.graph.node if n.op_type == "Concat" and n.input[0] == "past_key")
+    proto.graph.node.append(helper.make_node("Shape", [cat.output[0]], ["cache_shape"], name="/cache_shape"))
+    proto.graph.output.append(helper.make_tensor_value_info("cache_shape", TensorProto.INT64, [4]))
+    fused = fused_and_equal(proto, 2, ["fuse-attention-ort", "dead-code-elimination"])
+    assert all(len(n.inputs) <= 6 for n in fused.graph.nodes("MultiHeadAttention"))
+    assert any(n.op_type == "Concat" and n.inputs[0] == "past_key" for n in fused.graph.nodes())
