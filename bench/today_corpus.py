@@ -1,0 +1,445 @@
+"""Export today's generative models (tiny, random weights) with a KV cache, for issues 32 and 33.
+
+Why
+---
+graphtool's verification and fusions have to be measured on the graphs people optimize now:
+decoders with a KV cache (Llama, Qwen2, Qwen3, Phi-3, Mistral with grouped KV heads, GPT-2) and
+the decoders of encoder-decoders with cross-attention (BART, T5, Whisper), as both torch
+exporters emit them, plus fp16 and quantized variants. None of these may live in the repository
+(issue 32: "never committed"), and nothing may be downloaded: every model is built from a tiny
+seeded config (hidden 64, 2 layers, vocab 512), so this script only needs the torch venv.
+
+This script only *builds* the corpus; ``bench/today_verify.py`` (project venv) measures graphtool
+on it. What the two share is ``manifest.json``: per model its file, family, exporter, dtype and the
+recipe for hand-built inputs (which inputs are past K/V with their head count and head dim, which
+is the mask and how long it must be, positions, encoder states). A failed export is written into
+the manifest with its reason, never skipped silently.
+
+Inputs and outputs are named as HF/optimum name them: ``input_ids``, ``attention_mask``,
+``position_ids``, ``past_key_values.{i}.key/.value`` (encoder-decoders:
+``past_key_values.{i}.decoder.key/.value`` and, for Whisper, the cross-attention cache
+``past_key_values.{i}.encoder.key/.value``), ``encoder_hidden_states``, ``encoder_attention_mask``;
+outputs ``logits`` and ``present.{i}.key/.value`` (``present.{i}.decoder.key/.value``).
+
+Every export is checked here against torch on the recipe's inputs (past 8 / new 4), so a recipe
+that does not match the model is caught at build time (``export_check`` in the manifest).
+
+    /work/cache/torchvenv/bin/python bench/today_corpus.py --out /work/cache/today [--only llama,gpt2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+import transformers
+from torch import nn
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+VOCAB = 512
+SEED = 0
+# Sizes used to trace the export: every dim distinct and >= 2 so no exporter specializes them.
+TRACE = {"batch": 2, "past": 3, "seq": 2, "enc": 6}
+
+
+# --- the families -------------------------------------------------------------------------------
+
+def _causal(cls_name: str, **cfg):
+    def build():
+        config = getattr(transformers, cls_name + "Config")(**cfg)
+        return getattr(transformers, cls_name + "ForCausalLM")(config).eval(), config
+    return build
+
+
+COMMON = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+          "max_position_embeddings": 256}
+DECODERS = {  # all take position_ids; all but Phi-3 have grouped KV heads, as the released models do
+    "llama": _causal("Llama", num_attention_heads=4, num_key_value_heads=2, **COMMON),
+    "qwen2": _causal("Qwen2", num_attention_heads=4, num_key_value_heads=2, **COMMON),
+    "qwen3": _causal("Qwen3", num_attention_heads=4, num_key_value_heads=2, head_dim=16, **COMMON),
+    "phi3": _causal("Phi3", num_attention_heads=4, num_key_value_heads=4, pad_token_id=0, **COMMON),
+    "mistral": _causal("Mistral", num_attention_heads=8, num_key_value_heads=2, sliding_window=None, **COMMON),
+}
+
+
+def _gpt2():
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=256,
+                                     bos_token_id=1, eos_token_id=2)
+    return transformers.GPT2LMHeadModel(config).eval(), config
+
+
+DECODERS["gpt2"] = _gpt2
+
+
+def _bart():
+    config = transformers.BartConfig(vocab_size=VOCAB, d_model=64, encoder_layers=2, decoder_layers=2,
+                                     encoder_attention_heads=4, decoder_attention_heads=4,
+                                     encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=256)
+    return transformers.BartForConditionalGeneration(config).eval(), config
+
+
+def _t5():
+    config = transformers.T5Config(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=2,
+                                   num_decoder_layers=2, num_heads=4, decoder_start_token_id=0)
+    return transformers.T5ForConditionalGeneration(config).eval(), config
+
+
+def _whisper():
+    config = transformers.WhisperConfig(vocab_size=VOCAB, d_model=64, encoder_layers=2, decoder_layers=2,
+                                        encoder_attention_heads=4, decoder_attention_heads=4,
+                                        encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=16,
+                                        max_source_positions=64, max_target_positions=64,
+                                        pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                                        decoder_start_token_id=1)
+    return transformers.WhisperForConditionalGeneration(config).eval(), config
+
+
+# name: (builder, cross-attention K/V cached as inputs?)
+ENC_DECS = {"bart": (_bart, False), "t5": (_t5, False), "whisper": (_whisper, True)}
+
+
+def kv_geometry(config) -> tuple[int, int, int, int]:
+    """(layers, kv heads, head dim, hidden) of the decoder's self-attention cache."""
+    c = config
+    if isinstance(c, transformers.GPT2Config):
+        return c.n_layer, c.n_head, c.n_embd // c.n_head, c.n_embd
+    if isinstance(c, transformers.T5Config):
+        return c.num_decoder_layers, c.num_heads, c.d_kv, c.d_model
+    if isinstance(c, (transformers.BartConfig, transformers.WhisperConfig)):
+        return c.decoder_layers, c.decoder_attention_heads, c.d_model // c.decoder_attention_heads, c.d_model
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return c.num_hidden_layers, c.num_key_value_heads, head_dim, c.hidden_size
+
+
+# --- wrappers: flat past tensors in, flat present tensors out ------------------------------------
+
+def _cache_of(out):
+    """The cache a forward returned (``cache`` since transformers 5.x, ``past_key_values`` before)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+def _flat_presents(cache) -> list[torch.Tensor]:
+    out = []
+    for layer in cache.layers:
+        out += [layer.keys, layer.values]
+    return out
+
+
+class DecoderWithPast(nn.Module):
+    """A decoder-only LM as optimum exports it: ids, mask over past+new, positions, past K/V."""
+
+    fixed_inputs = 3
+
+    def __init__(self, model, layers: int):
+        super().__init__()
+        self.model, self.layers = model, layers
+
+    def forward(self, input_ids, attention_mask, position_ids, *past):
+        cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(self.layers)])
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         cache=cache, use_cache=True)
+        return (out.logits, *_flat_presents(_cache_of(out)))
+
+
+class Seq2SeqDecoderWithPast(nn.Module):
+    """The decoder of an encoder-decoder: encoder states + mask in, self-attention cache in and out.
+
+    Cross-attention K/V are computed from ``encoder_hidden_states`` at every step (BART, T5), so a
+    decoder length different from the encoder length is exercised on every call."""
+
+    fixed_inputs = 3
+
+    def __init__(self, model, layers: int):
+        super().__init__()
+        self.model, self.layers = model, layers
+
+    def forward(self, input_ids, encoder_hidden_states, encoder_attention_mask, *past):
+        cache = EncoderDecoderCache(DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(self.layers)]),
+                                    DynamicCache())
+        out = self.model(decoder_input_ids=input_ids, encoder_outputs=(encoder_hidden_states,),
+                         attention_mask=encoder_attention_mask, cache=cache, use_cache=True)
+        return (out.logits, *_flat_presents(_cache_of(out).self_attention_cache))
+
+
+class WhisperDecoderWithPast(nn.Module):
+    """Whisper's decode-step decoder: self-attention cache and the cross-attention cache (K/V of the
+    encoder, computed once at prefill) are both inputs; there is no encoder_hidden_states input."""
+
+    fixed_inputs = 1
+
+    def __init__(self, model, layers: int, hidden: int):
+        super().__init__()
+        self.model, self.layers, self.hidden = model, layers, hidden
+
+    def forward(self, input_ids, *past):
+        selfs = [(past[4 * i], past[4 * i + 1]) for i in range(self.layers)]
+        cross = [(past[4 * i + 2], past[4 * i + 3]) for i in range(self.layers)]
+        cache = EncoderDecoderCache(DynamicCache(selfs), DynamicCache(cross))
+        # Only its presence matters (the cross K/V come from the cache); its shape follows the cache.
+        k = past[2]
+        enc = k.new_zeros(k.shape[0], k.shape[2], self.hidden)
+        out = self.model(decoder_input_ids=input_ids, encoder_outputs=(enc,), cache=cache, use_cache=True)
+        return (out.logits, *_flat_presents(_cache_of(out).self_attention_cache))
+
+
+# --- one model: wrapper, names, sample inputs, recipe ---------------------------------------------
+
+def spec_for(family: str):
+    """(wrapper, input names, output names, sample inputs, dynamic axes, recipe) for one family."""
+    torch.manual_seed(SEED)
+    b, p, s, e = TRACE["batch"], TRACE["past"], TRACE["seq"], TRACE["enc"]
+    gen = torch.Generator().manual_seed(SEED)
+    if family in DECODERS:
+        model, config = DECODERS[family]()
+        layers, heads, head_dim, hidden = kv_geometry(config)
+        wrapper = DecoderWithPast(model, layers)
+        names = ["input_ids", "attention_mask", "position_ids"]
+        sample = [torch.randint(0, VOCAB, (b, s), generator=gen), torch.ones(b, p + s, dtype=torch.int64),
+                  torch.arange(p, p + s).expand(b, s).clone()]
+        axes = {"input_ids": {0: "batch", 1: "sequence_length"},
+                "attention_mask": {0: "batch", 1: "total_sequence_length"},
+                "position_ids": {0: "batch", 1: "sequence_length"}}
+        past_names = [f"past_key_values.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
+        present_names = [f"present.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
+        recipe = {"kind": "decoder", "input_ids": "input_ids", "attention_mask": "attention_mask",
+                  "mask_length": "past+new", "position_ids": "position_ids", "positions": "past..past+new-1",
+                  "past": {n: {"heads": heads, "head_dim": head_dim, "length": "past"} for n in past_names}}
+    else:
+        build, cross_cached = ENC_DECS[family]
+        model, config = build()
+        layers, heads, head_dim, hidden = kv_geometry(config)
+        names = ["input_ids"]
+        sample = [torch.randint(0, VOCAB, (b, s), generator=gen)]
+        axes = {"input_ids": {0: "batch", 1: "sequence_length"}}
+        recipe = {"kind": "seq2seq_decoder", "input_ids": "input_ids", "past": {}}
+        if cross_cached:
+            wrapper = WhisperDecoderWithPast(model, layers, hidden)
+            kinds = ("decoder.key", "decoder.value", "encoder.key", "encoder.value")
+        else:
+            wrapper = Seq2SeqDecoderWithPast(model, layers)
+            kinds = ("decoder.key", "decoder.value")
+            names += ["encoder_hidden_states", "encoder_attention_mask"]
+            sample += [torch.randn(b, e, hidden, generator=gen), torch.ones(b, e, dtype=torch.int64)]
+            axes["encoder_hidden_states"] = {0: "batch", 1: "encoder_sequence_length"}
+            axes["encoder_attention_mask"] = {0: "batch", 1: "encoder_sequence_length"}
+            recipe.update(encoder_hidden_states="encoder_hidden_states", encoder_hidden=hidden,
+                          encoder_attention_mask="encoder_attention_mask")
+        past_names = [f"past_key_values.{i}.{k}" for i in range(layers) for k in kinds]
+        present_names = [f"present.{i}.{k}" for i in range(layers) for k in kinds[:2]]
+        for n in past_names:
+            recipe["past"][n] = {"heads": heads, "head_dim": head_dim,
+                                 "length": "encoder" if ".encoder." in n else "past"}
+        recipe["positions"] = "none (from the past length)"
+    for n in past_names:
+        length = e if recipe["past"][n]["length"] == "encoder" else p
+        sample.append(torch.randn(b, heads, length, head_dim, generator=gen))
+        axes[n] = {0: "batch", 2: "encoder_sequence_length" if length == e else "past_sequence_length"}
+    names += past_names
+    outputs = ["logits", *present_names]
+    axes["logits"] = {0: "batch", 1: "sequence_length"}
+    for n in present_names:
+        axes[n] = {0: "batch", 2: "total_sequence_length"}
+    recipe["batch"] = "any"
+    return wrapper, names, outputs, sample, axes, recipe
+
+
+def dynamic_shapes_for(names, axes, fixed: int):
+    """torch.export dims named as the TorchScript axes are; the mask's past+new length is AUTO, so
+    the exporter finds how it relates to past and new itself (a named Dim for it is refused, since
+    the graph ties it to ``past + new``). The wrapper's ``*past`` is one tuple, as torch.export
+    matches it."""
+    named: dict[str, object] = {}
+
+    def dim(label: str):
+        if label == "total_sequence_length":
+            return torch.export.Dim.AUTO
+        return named.setdefault(label, torch.export.Dim(label))
+
+    dims = [{d: dim(label) for d, label in axes[n].items()} for n in names]
+    return (*dims[:fixed], tuple(dims[fixed:]))
+
+
+def export(wrapper, names, outputs, sample, axes, path: Path, exporter: str) -> None:
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "torchscript":
+            torch.onnx.export(wrapper, tuple(sample), str(path), dynamo=False, opset_version=17,
+                              input_names=names, output_names=outputs, dynamic_axes=axes)
+        else:
+            prog = torch.onnx.export(wrapper, tuple(sample), dynamo=True, input_names=names,
+                                     output_names=outputs, dynamic_shapes=dynamic_shapes_for(names, axes, wrapper.fixed_inputs))
+            prog.save(str(path))
+
+
+# --- hand-built inputs (the same recipe today_verify.py reads) ------------------------------------
+
+def hand_inputs(model_path: Path, recipe: dict, past: int, new: int, enc: int = 12, batch: int = 2,
+                keep_all: bool = False) -> dict:
+    """Inputs built from the recipe: mask of past+new (one padded past slot in row 1), positions
+    past..past+new-1, past K/V of length ``past`` (cross K/V of length ``enc``)."""
+    rng = np.random.default_rng(1)
+    sess_inputs = {i.name: i for i in onnx.load(str(model_path), load_external_data=False).graph.input}
+    float_type = {n: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for n, i in sess_inputs.items()}
+    float_type = lambda name, _t=float_type: _t.get(name, np.float32)
+    feeds = {recipe["input_ids"]: rng.integers(0, VOCAB, (batch, new)).astype(np.int64)}
+    if "attention_mask" in recipe:
+        mask = np.ones((batch, past + new), np.int64)
+        if past > 0:
+            mask[1, 0] = 0
+        feeds[recipe["attention_mask"]] = mask
+    if "position_ids" in recipe:
+        feeds[recipe["position_ids"]] = np.tile(np.arange(past, past + new, dtype=np.int64), (batch, 1))
+    if "encoder_hidden_states" in recipe:
+        name = recipe["encoder_hidden_states"]
+        feeds[name] = rng.standard_normal((batch, enc, recipe["encoder_hidden"])).astype(float_type(name))
+        feeds[recipe["encoder_attention_mask"]] = np.ones((batch, enc), np.int64)
+        feeds[recipe["encoder_attention_mask"]][1, -2:] = 0
+    for name, kv in recipe["past"].items():
+        length = enc if kv["length"] == "encoder" else past
+        feeds[name] = rng.standard_normal((batch, kv["heads"], length, kv["head_dim"])).astype(float_type(name))
+    return feeds if keep_all else {k: v for k, v in feeds.items() if k in sess_inputs}
+
+
+def check_against_torch(family: str, path: Path, names: list[str], recipe: dict) -> str:
+    """Run the export in onnxruntime and a fresh copy of the wrapper (same seed, same weights) in
+    torch on past 8 / new 4 / encoder 12. Fresh: after a TorchScript export the traced module itself
+    gave different logits for GPT-2, BART and T5 (up to 2.6 abs), while a new copy agrees with the
+    ONNX file to 1e-7."""
+    wrapper = spec_for(family)[0]
+    feeds = hand_inputs(path, recipe, past=8, new=4, keep_all=True)
+    args = [torch.from_numpy(feeds[n]) for n in names]
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {k: v for k, v in feeds.items() if k in {i.name for i in sess.get_inputs()}})
+    with torch.no_grad():
+        want = [t.float().numpy() for t in wrapper(*args)]
+    worst = max(float(np.max(np.abs(g.astype(np.float32) - w))) for g, w in zip(got, want))
+    return f"ok (max abs {worst:.2e} vs torch)" if worst < 1e-3 else f"MISMATCH max abs {worst:.2e} vs torch"
+
+
+# --- variants: fp16 and quantized ---------------------------------------------------------------
+
+def fp16_variant(src: Path, dst: Path, keep_io_types: bool) -> None:
+    """fp16 as people convert an fp32 export today: onnxruntime.transformers' float16 converter.
+    ``keep_io_types=False``: past K/V, encoder states, logits and presents are fp16 too (optimum's
+    fp16 layout); ``True``: fp32 at the boundary, Casts inside."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+    model = onnx.load(str(src))
+    onnx.save(convert_float_to_float16(model, keep_io_types=keep_io_types), str(dst))
+
+
+def dynamic_quant_variant(src: Path, dst: Path) -> None:
+    """Dynamic int8 quantization of the MatMul weights (MatMulInteger / DynamicQuantizeLinear)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+
+
+def qdq_variant(src: Path, dst: Path, recipe: dict) -> None:
+    """Static QDQ quantization (QuantizeLinear/DequantizeLinear pairs), calibrated on recipe inputs."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.items = iter([hand_inputs(src, recipe, past=p, new=n) for p, n in ((3, 2), (8, 4), (5, 1))])
+
+        def get_next(self):
+            return next(self.items, None)
+
+    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
+
+
+VARIANTS = {
+    # name: (source export, kind)
+    "llama_fp16": ("llama_torchscript", "fp16"),  # fp16 inputs/outputs
+    "qwen2_fp16": ("qwen2_dynamo", "fp16_io32"),  # fp32 inputs/outputs, fp16 inside
+    "llama_dynq": ("llama_torchscript", "dynamic_int8"),
+    "phi3_qdq": ("phi3_torchscript", "qdq_int8"),
+}
+
+
+# --- main -------------------------------------------------------------------------------------
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="/work/cache/today")
+    ap.add_argument("--only", help="comma-separated families (llama, ..., whisper)")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    families = [*DECODERS, *ENC_DECS]
+    if args.only:
+        families = [f for f in families if f in args.only.split(",")]
+    manifest_path = out / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    manifest.setdefault("meta", {}).update(torch=torch.__version__, transformers=transformers.__version__,
+                                          onnx=onnx.__version__, onnxruntime=ort.__version__)
+    models = manifest.setdefault("models", {})
+    recipes = {}
+    for family in families:
+        for exporter in ("torchscript", "dynamo"):
+            name = f"{family}_{exporter}"
+            path = out / f"{name}.onnx"
+            entry = {"file": path.name, "family": family, "exporter": exporter, "dtype": "float32",
+                     "kv_cache": True}
+            start = time.perf_counter()
+            try:
+                wrapper, names, outputs, sample, axes, recipe = spec_for(family)
+                entry["recipe"] = recipe
+                recipes[name] = recipe
+                export(wrapper, names, outputs, sample, axes, path, exporter)
+                entry["export_check"] = check_against_torch(family, path, names, recipe)
+                entry["ok"] = True
+            except Exception as exc:  # noqa: BLE001 -- recorded in the manifest, never hidden
+                entry["ok"] = False
+                entry["failure"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+                (out / f"{name}.export_error.txt").write_text(traceback.format_exc())
+            entry["export_seconds"] = round(time.perf_counter() - start, 1)
+            models[name] = entry
+            manifest_path.write_text(json.dumps(manifest, indent=1))  # progress survives a crash
+            print(f"{name:24s} {'ok' if entry['ok'] else 'FAILED'} {entry.get('export_check') or entry.get('failure')}",
+                  flush=True)
+    for name, (source, kind) in VARIANTS.items():
+        src = models.get(source)
+        if src is None or (args.only and src["family"] not in families):
+            continue
+        path = out / f"{name}.onnx"
+        entry = {"file": path.name, "family": src["family"], "exporter": src["exporter"], "source": source,
+                 "dtype": "float16" if kind.startswith("fp16") else kind, "variant": kind, "kv_cache": True,
+                 "recipe": src.get("recipe")}
+        try:
+            if not src["ok"]:
+                raise RuntimeError(f"source export {source} failed")
+            if kind.startswith("fp16"):
+                fp16_variant(out / src["file"], path, keep_io_types=kind == "fp16_io32")
+            elif kind == "dynamic_int8":
+                dynamic_quant_variant(out / src["file"], path)
+            else:
+                qdq_variant(out / src["file"], path, src["recipe"])
+            ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+                None, hand_inputs(path, src["recipe"], past=8, new=4))
+            entry["ok"] = True
+        except Exception as exc:  # noqa: BLE001 -- recorded in the manifest
+            entry["ok"] = False
+            entry["failure"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+        models[name] = entry
+        print(f"{name:24s} {'ok' if entry['ok'] else 'FAILED'} {entry.get('failure', '')}", flush=True)
+    manifest_path.write_text(json.dumps(manifest, indent=1))
+    print(f"{sum(m['ok'] for m in models.values())}/{len(models)} models in {manifest_path}")
+
+
+if __name__ == "__main__":
+    main()
