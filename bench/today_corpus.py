@@ -20,17 +20,23 @@ Inputs and outputs are named as HF/optimum name them: ``input_ids``, ``attention
 ``past_key_values.{i}.decoder.key/.value`` and, for Whisper, the cross-attention cache
 ``past_key_values.{i}.encoder.key/.value``), ``encoder_hidden_states``, ``encoder_attention_mask``;
 outputs ``logits`` and ``present.{i}.key/.value`` (``present.{i}.decoder.key/.value``).
+A third exporter, transformers' own ``transformers.exporters.OnnxExporter`` (experimental in 5.x,
+dynamo underneath), exports Llama and Qwen3 from the model and a ``DynamicCache`` directly; it names
+the cache ``input.cache.layers.{i}.keys/.values`` / ``output.cache.layers.{i}.keys/.values``, and
+that spelling is kept: recognizing a KV cache must not depend on one naming convention.
 
 Every export is checked here against torch on the recipe's inputs (past 8 / new 4), so a recipe
 that does not match the model is caught at build time (``export_check`` in the manifest).
 
     /work/cache/torchvenv/bin/python bench/today_corpus.py --out /work/cache/today [--only llama,gpt2]
+        [--exporters torchscript,dynamo,transformers]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 import traceback
 import warnings
@@ -280,6 +286,33 @@ def export(wrapper, names, outputs, sample, axes, path: Path, exporter: str) -> 
             prog.save(str(path))
 
 
+# transformers' own exporter (transformers.exporters.OnnxExporter, experimental in 5.x) names the
+# cache its own way: input.cache.layers.{i}.keys/.values in, output.cache.layers.{i}.keys/.values out.
+TRANSFORMERS_EXPORTER = ("llama", "qwen3")
+
+
+def transformers_names(names: list[str]) -> list[str]:
+    """Our input names as transformers' OnnxExporter spells them."""
+    return [re.sub(r"^past_key_values\.(\d+)\.(key|value)$", lambda m: f"input.cache.layers.{m[1]}.{m[2]}s", n)
+            for n in names]
+
+
+def export_transformers(wrapper, names, sample, path: Path) -> None:
+    """``OnnxExporter().export(model, kwargs, OnnxConfig(dynamic=True))`` as its docstring shows, then
+    saved as one file (it writes external data; the models are small)."""
+    import tempfile
+
+    from transformers.exporters import OnnxConfig, OnnxExporter
+    args = dict(zip(names, sample))
+    past = [args[n] for n in names if n.startswith("past_key_values.")]
+    kwargs = {n: args[n] for n in ("input_ids", "attention_mask", "position_ids")}
+    kwargs["cache"] = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(len(past) // 2)])
+    with torch.no_grad(), warnings.catch_warnings(), tempfile.TemporaryDirectory() as tmp:
+        warnings.simplefilter("ignore")
+        OnnxExporter().export(wrapper.model, kwargs, OnnxConfig(dynamic=True)).save_pretrained(tmp)
+        onnx.save(onnx.load(str(Path(tmp) / "model.onnx")), str(path))
+
+
 # --- hand-built inputs (the same recipe today_verify.py reads) ------------------------------------
 
 def hand_inputs(model_path: Path, recipe: dict, past: int, new: int, enc: int = 12, batch: int = 2,
@@ -377,6 +410,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="/work/cache/today")
     ap.add_argument("--only", help="comma-separated families (llama, ..., whisper)")
+    ap.add_argument("--exporters", default="torchscript,dynamo,transformers",
+                    help=f"which exporters to run (transformers: only for {', '.join(TRANSFORMERS_EXPORTER)})")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -388,9 +423,10 @@ def main() -> None:
     manifest.setdefault("meta", {}).update(torch=torch.__version__, transformers=transformers.__version__,
                                           onnx=onnx.__version__, onnxruntime=ort.__version__)
     models = manifest.setdefault("models", {})
-    recipes = {}
     for family in families:
-        for exporter in ("torchscript", "dynamo"):
+        for exporter in args.exporters.split(","):
+            if exporter == "transformers" and family not in TRANSFORMERS_EXPORTER:
+                continue
             name = f"{family}_{exporter}"
             path = out / f"{name}.onnx"
             entry = {"file": path.name, "family": family, "exporter": exporter, "dtype": "float32",
@@ -398,9 +434,13 @@ def main() -> None:
             start = time.perf_counter()
             try:
                 wrapper, names, outputs, sample, axes, recipe = spec_for(family)
+                if exporter == "transformers":
+                    export_transformers(wrapper, names, sample, path)
+                    names = transformers_names(names)
+                    recipe["past"] = dict(zip(transformers_names(list(recipe["past"])), recipe["past"].values()))
+                else:
+                    export(wrapper, names, outputs, sample, axes, path, exporter)
                 entry["recipe"] = recipe
-                recipes[name] = recipe
-                export(wrapper, names, outputs, sample, axes, path, exporter)
                 entry["export_check"] = check_against_torch(family, path, names, recipe)
                 entry["ok"] = True
             except Exception as exc:  # noqa: BLE001 -- recorded in the manifest, never hidden
@@ -414,7 +454,7 @@ def main() -> None:
                   flush=True)
     for name, (source, kind) in VARIANTS.items():
         src = models.get(source)
-        if src is None or (args.only and src["family"] not in families):
+        if src is None or src["family"] not in families or src["exporter"] not in args.exporters.split(","):
             continue
         path = out / f"{name}.onnx"
         entry = {"file": path.name, "family": src["family"], "exporter": src["exporter"], "source": source,

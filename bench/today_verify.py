@@ -44,7 +44,10 @@ import onnxruntime as ort
 GRAPHTOOL = os.path.join(os.path.dirname(sys.executable), "graphtool")
 LEVELS = {"1": ["--level", "1"], "2": ["--level", "2", "--target", "ort"],
           # not default flags: what the rewrites do when verification does not stop them (--no-verify)
-          "1nv": ["--level", "1", "--no-verify"], "2nv": ["--level", "2", "--target", "ort", "--no-verify"]}
+          "1nv": ["--level", "1", "--no-verify"], "2nv": ["--level", "2", "--target", "ort", "--no-verify"],
+          # not default flags: verification on the user's own inputs (the past8+4 case as an .npz)
+          "2in": ["--level", "2", "--target", "ort", "--inputs", "{inputs}"]}
+DEFAULT_LEVELS = ("L1", "L2")
 CASES = {"prefill": (0, 5), "past8+4": (8, 4), "decode": (8, 1)}  # name: (past, new); encoder 12
 ENCODER = 12
 VOCAB = 512
@@ -137,11 +140,12 @@ def hand_check(original: str, written: str, recipe: dict, dtype: str) -> dict:
 
 # --- one graphtool run ----------------------------------------------------------------------------
 
-def optimize(model: str, level: str, out: str, stderr_path: Path) -> dict:
-    """One default-flag ``graphtool optimize`` in its own process; its stderr kept on disk."""
+def optimize(model: str, level: str, out: str, stderr_path: Path, inputs: str) -> dict:
+    """One ``graphtool optimize`` in its own process; its stderr kept on disk."""
     start = time.perf_counter()
+    flags = [inputs if f == "{inputs}" else f for f in LEVELS[level]]
     try:
-        proc = subprocess.run([GRAPHTOOL, "optimize", model, "-o", out, "--json", *LEVELS[level]],
+        proc = subprocess.run([GRAPHTOOL, "optimize", model, "-o", out, "--json", *flags],
                               capture_output=True, text=True, timeout=1800, check=False)
         rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as exc:
@@ -252,7 +256,7 @@ def row_cells(name: str, entry: dict, level: str, run: dict, refs: dict[str, str
         exit_text += " " + cite(f"exit {run['rc']}: {short_reason(run['stderr_last'])}")
     if how == "-" and (m := re.search(r"\((\d+) attempts", run["stderr_last"])):
         how = f"none ran ({m.group(1)} tries)"
-    return [name, entry["exporter"], entry["dtype"], level.replace("nv", " --no-verify"), exit_text, how, shapes,
+    return [name, entry["exporter"], entry["dtype"], level.replace("nv", " --no-verify").replace("in", " --inputs"), exit_text, how, shapes,
             verified, hand_text.replace("|", "/"), f"{run['seconds']:.0f}",
             f"{run['internal_errors']}/{run['ort_logger_lines']}"]
 
@@ -277,7 +281,8 @@ def markdown(manifest: dict, results: dict, index: dict[str, list[str]]) -> str:
 def summary(manifest: dict, results: dict) -> str:
     """The bar of issue 32 counted over the default-flag runs; --no-verify runs get one line of their own."""
     unchecked = [r for by in results.values() for lv, r in by.items() if lv.endswith("nv")]
-    runs = [r for by in results.values() for lv, r in by.items() if not lv.endswith("nv")]
+    user_inputs = [r for by in results.values() for lv, r in by.items() if lv.endswith("in")]
+    runs = [r for by in results.values() for lv, r in by.items() if lv in DEFAULT_LEVELS]
 
     def all_ok(r):
         return bool(r.get("hand")) and all(r["hand"].get(c) == "ok" for c in CASES)
@@ -294,14 +299,18 @@ def summary(manifest: dict, results: dict) -> str:
         f"- default-flag optimize runs: {len(runs)}; exit 0 and verified: {verified}/{len(runs)}",
         (f"- models written: {sum(r['written'] for r in runs)}; all 3 hand cases ok: {sum(map(all_ok, runs))}; "
          f"a hand case FAILS/DIFFERS: {sum(map(any_bad, runs))}"),
-        (f"- `internal error` lines over all stderr: {sum(r['internal_errors'] for r in runs + unchecked)}; "
-         f"onnxruntime logger lines: {sum(r['ort_logger_lines'] for r in runs + unchecked)}"),
+        (f"- `internal error` lines over all stderr: {sum(r['internal_errors'] for r in runs + unchecked + user_inputs)}; "
+         f"onnxruntime logger lines: {sum(r['ort_logger_lines'] for r in runs + unchecked + user_inputs)}"),
         f"- seconds per default-flag run: median {np.median(seconds):.1f}, max {max(seconds):.1f}",
     ]
     if unchecked:
         lines.append(f"- --no-verify runs (rewrites not checked by graphtool): {len(unchecked)}; model written: "
                      f"{sum(r['written'] for r in unchecked)}; all 3 hand cases ok: {sum(map(all_ok, unchecked))}; "
                      f"a hand case FAILS/DIFFERS: {sum(map(any_bad, unchecked))}")
+    if user_inputs:
+        lines.append(f"- L2 runs verified on the user's inputs (--inputs, past 8 / new 4): {len(user_inputs)}; exit 0: "
+                     f"{sum(r['rc'] == 0 for r in user_inputs)}; all 3 hand cases ok: {sum(map(all_ok, user_inputs))}; "
+                     f"a hand case FAILS/DIFFERS: {sum(map(any_bad, user_inputs))}")
     return "\n".join(lines)
 
 
@@ -309,7 +318,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", default="/work/cache/today")
     ap.add_argument("--only", help="comma-separated model names from the manifest")
-    ap.add_argument("--levels", default="1,2", help="of 1, 2 (default flags), 1nv, 2nv (--no-verify)")
+    ap.add_argument("--levels", default="1,2", help="of 1, 2 (default flags), 1nv, 2nv (--no-verify), 2in (--inputs)")
     ap.add_argument("--markdown", help="also write the table to this file")
     ap.add_argument("--json", help="raw results (default: CORPUS/verify_results.json)")
     args = ap.parse_args()
@@ -327,8 +336,9 @@ def main() -> None:
         model = str(corpus / entry["file"])
         for level in args.levels.split(","):
             with tempfile.TemporaryDirectory() as tmp:
-                out = os.path.join(tmp, "out.onnx")
-                run = optimize(model, level, out, runs_dir / f"{name}.L{level}.stderr")
+                out, inputs = os.path.join(tmp, "out.onnx"), os.path.join(tmp, "inputs.npz")
+                np.savez(inputs, **hand_inputs(model, entry["recipe"], *CASES["past8+4"]))
+                run = optimize(model, level, out, runs_dir / f"{name}.L{level}.stderr", inputs)
                 if run["written"]:
                     run["hand"] = hand_check(model, out, entry["recipe"], entry["dtype"])
             results.setdefault(name, {})[f"L{level}"] = run
