@@ -18,11 +18,17 @@ script is the measuring instrument. For every model of the corpus ``bench/today_
    ``decode``   past 8 / new 1 (mask of 9, position 8, encoder 12).
    fp32 and int8 models: rtol 1e-3, atol 1e-4; fp16 models: rtol 1e-2, atol 1e-2 (said in the row).
    A case the *original* cannot run is reported as such ("orig fails"), not blamed on graphtool.
+   The row also gives the node count before -> after and the fused (contrib) ops written.
+
+Besides the default-flag runs (``--levels 1,2``, the bar of issue 32) three more kinds can be asked
+for, each labelled in the table and counted apart: ``1nv``/``2nv`` (``--no-verify``: what the rewrites
+do when verification does not stop them, which is what the fusion work of issue 33 needs to see)
+and ``2in`` (level 2 verified on the user's own inputs, the past8+4 case as an ``.npz``).
 
 Runs in the project venv (no torch). Prints a markdown table and writes JSON next to it.
 
     .venv/bin/python bench/today_verify.py --corpus /work/cache/today [--only llama_torchscript]
-        [--markdown bench/results/stop30-today-corpus.md] [--levels 1,2]
+        [--markdown bench/results/stop30-today-corpus.md] [--levels 1,2,1nv,2nv,2in]
 """
 
 from __future__ import annotations
@@ -136,6 +142,18 @@ def hand_check(original: str, written: str, recipe: dict, dtype: str) -> dict:
                 break
         result[case] = f"DIFFERS: {worst}" if worst else "ok"
     return result
+
+
+def op_summary(original: str, written: str) -> str:
+    """Node count original -> written, and the fused (non-default-domain) ops the written model has."""
+    before = onnx.load(original, load_external_data=False).graph.node
+    after = onnx.load(written, load_external_data=False).graph.node
+    fused: dict[str, int] = {}
+    for n in after:
+        if n.domain not in ("", "ai.onnx"):
+            fused[n.op_type] = fused.get(n.op_type, 0) + 1
+    ops = ", ".join(f"{k} {v}" for k, v in sorted(fused.items()))
+    return f"{len(before)} -> {len(after)}" + (f"; {ops}" if ops else "")
 
 
 # --- one graphtool run ----------------------------------------------------------------------------
@@ -257,12 +275,13 @@ def row_cells(name: str, entry: dict, level: str, run: dict, refs: dict[str, str
     if how == "-" and (m := re.search(r"\((\d+) attempts", run["stderr_last"])):
         how = f"none ran ({m.group(1)} tries)"
     return [name, entry["exporter"], entry["dtype"], level.replace("nv", " --no-verify").replace("in", " --inputs"), exit_text, how, shapes,
-            verified, hand_text.replace("|", "/"), f"{run['seconds']:.0f}",
+            verified, hand_text.replace("|", "/"), run.get("ops", "-"), f"{run['seconds']:.0f}",
             f"{run['internal_errors']}/{run['ort_logger_lines']}"]
 
 
 HEADER = ["model", "exporter", "dtype", "level", "exit", "inputs found", "input-set shapes", "verified",
-          "hand-input check (prefill P0+5 / past8+4 / decode P8+1)", "s", "internal err / ORT log lines"]
+          "hand-input check (prefill P0+5 / past8+4 / decode P8+1)", "nodes; fused ops", "s",
+          "internal err / ORT log lines"]
 
 
 def markdown(manifest: dict, results: dict, index: dict[str, list[str]]) -> str:
@@ -271,7 +290,7 @@ def markdown(manifest: dict, results: dict, index: dict[str, list[str]]) -> str:
     for name, entry in manifest["models"].items():
         if not entry.get("ok"):
             lines.append(f"| {name} | {entry['exporter']} | {entry['dtype']} | - | export failed: "
-                         f"{entry.get('failure', '')[:160].replace('|', '/')} | | | | | | |")
+                         f"{entry.get('failure', '')[:160].replace('|', '/')} | | | | | | | |")
             continue
         for level, run in sorted(results.get(name, {}).items()):
             lines.append("| " + " | ".join(row_cells(name, entry, level, run, refs)) + " |")
@@ -341,6 +360,7 @@ def main() -> None:
                 run = optimize(model, level, out, runs_dir / f"{name}.L{level}.stderr", inputs)
                 if run["written"]:
                     run["hand"] = hand_check(model, out, entry["recipe"], entry["dtype"])
+                    run["ops"] = op_summary(model, out)
             results.setdefault(name, {})[f"L{level}"] = run
             verified, how, _ = describe_inputs(run["report"])
             print(f"{name:22s} L{level} rc={run['rc']} verified={verified} {how} {run['seconds']}s "
