@@ -54,7 +54,7 @@ def _dims(graph: Graph, ctx: PassContext, value: str) -> list | None:
 
 def _tiling(pieces: list[Piece], size: int) -> list[Piece] | None:
     """The pieces in order when they tile [0, size) exactly, each non-empty; else None."""
-    ordered = sorted((_clamp(s, size), _clamp(e, size), n) for s, e, n in pieces)
+    ordered = sorted(((_clamp(s, size), _clamp(e, size), n) for s, e, n in pieces), key=lambda p: p[:2])
     edge = 0
     for start, end, _ in ordered:
         if start != edge or end <= start:

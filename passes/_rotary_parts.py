@@ -1,0 +1,298 @@
+"""Patterns, checks and replacement of the rotary-embedding rules (``rotary.py``).
+
+The check proves three things the pattern cannot say:
+
+* the halves: the two Slices (or the Split) cut x's last axis at exactly D/2, and the Concat
+  puts ``-x[h:]`` before ``x[:h]`` on that axis;
+* the tables: cos and sin broadcast over the heads only (shape [1|B, 1, S, D], or fewer leading
+  dims), so row ``b*S + s`` of their first half is the angle of token (b, s);
+* the duplicated angles: every row of cos (and sin) has equal halves — the kernel reads one half
+  and uses it for both. Proven on the graph that computes them (``halves_equal``): a constant is
+  compared number for number; ``Concat(f, f)`` on the last axis has them by construction; an
+  elementwise op of such values (or of values constant along the last axis), a MatMul whose right
+  operand has them, a Gather/Slice/Unsqueeze/Transpose/Reshape/Expand that leaves the last axis
+  alone, keep them. Anything else is not proven, and the rule refuses.
+
+The replacement never assumes a largest position: the kernel's cache is the model's own cos/sin
+values, reshaped to [rows, D/2], and its position ids are the row numbers ``arange(rows)``
+reshaped to cos's [1|B, S] and expanded to x's [B, S]. So the fused op computes exactly what the
+graph did, for any positions, and the angles are still computed once per step (shared by every
+layer after CSE). With static shapes both are constants.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from onnx import TensorProto
+
+from graphtool.ir.graph import Graph
+from graphtool.passes._fuse_common import graph_opset
+from graphtool.passes._ort_common import MS_DOMAIN, use_ms_domain
+from graphtool.rewrite import Match, Rewrite, Var, either, op
+
+INT64_MAX = np.iinfo(np.int64).max
+DTYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)
+
+# ---------------------------------------------------------------------- patterns
+
+
+def _slice(x: Any, tag: str) -> Any:
+    return op.Slice(x, Var(f"{tag}_start"), Var(f"{tag}_end"), Var(f"{tag}_axes", omittable=True),
+                    Var(f"{tag}_steps", omittable=True), _name=tag)
+
+
+def rotate_half(x: Any) -> Any:
+    """``Concat(-x[..., h:], x[..., :h])``: the halves cut by two Slices or by one Split."""
+    split = op.Split(x, Var("split_sizes", omittable=True), _name="split")
+    return either(op.Concat(op.Neg(_slice(x, "hi")), _slice(x, "lo"), _name="rot"),
+                  op.Concat(op.Neg(split.output(1)), split.output(0), _name="rot"))
+
+
+def apply_rotary(x: Any) -> Any:
+    """``x * cos + rotate_half(x) * sin`` (each product in either operand order)."""
+    return op.Add(op.Mul(x, Var("cos"), _name="mul_cos"), op.Mul(rotate_half(x), Var("sin"), _name="mul_sin"),
+                  _name="add")
+
+
+FULL = apply_rotary(Var("x"))
+# partial rotary: the first rd channels rotate, the rest pass through
+_part = _slice(Var("q"), "part")
+PARTIAL = op.Concat(apply_rotary(_part), _slice(Var("q"), "pass"), _name="outer")
+
+# ---------------------------------------------------------------------- proofs
+
+
+def _ints(graph: Graph, value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    array = graph.const(value)
+    if array is None or array.dtype.kind not in "iu" or array.ndim > 1:
+        return None
+    return [int(v) for v in array.reshape(-1)]
+
+
+def _last_axis(axis: int | None, rank: int) -> bool:
+    return axis is not None and (axis == -1 or axis == rank - 1)
+
+
+def slice_bounds(m: Match, tag: str, rank: int) -> tuple[int, int] | str:
+    """(start, end) of a Slice on x's last axis with step 1, or the reason it is not one."""
+    g = m.graph
+    starts, ends = _ints(g, m.get(f"{tag}_start")), _ints(g, m.get(f"{tag}_end"))
+    axes = _ints(g, m.get(f"{tag}_axes")) if m.get(f"{tag}_axes") else [rank - 1]
+    steps = _ints(g, m.get(f"{tag}_steps")) if m.get(f"{tag}_steps") else [1]
+    if starts is None or ends is None or axes is None or steps is None:
+        return f"the {tag} Slice's starts/ends/axes/steps are not constants"
+    if len(starts) != 1 or len(axes) != 1 or not _last_axis(axes[0], rank) or steps != [1]:
+        return f"the {tag} Slice is not one step-1 cut of the last axis (axes {axes}, steps {steps})"
+    return starts[0], ends[0]
+
+
+def halves_equal(graph: Graph, shapes: Any, value: str, depth: int = 0) -> bool:
+    """Every row of ``value`` (along its last axis, of even length) has two equal halves."""
+    if depth > 24:
+        return False
+    array = graph.const(value)
+    if array is not None:
+        if array.ndim == 0 or array.shape[-1] % 2:
+            return array.size == 1
+        h = array.shape[-1] // 2
+        return bool(np.array_equal(array[..., :h], array[..., h:]))
+    node = graph.producer(value)
+    if node is None or node.domain not in ("", "ai.onnx"):
+        return False
+    rank = shapes.rank(value)
+    t, ins = node.op_type, node.inputs
+
+    def last_dim_one(v: str) -> bool:
+        shape = shapes.shape(v)
+        return shape is not None and (len(shape) == 0 or shape[-1] == 1)
+
+    def rec(v: str) -> bool:
+        return last_dim_one(v) or halves_equal(graph, shapes, v, depth + 1)
+
+    if t == "Concat":
+        if rank is not None and _last_axis(node.attr("axis"), rank):
+            return len(ins) == 2 and ins[0] == ins[1]
+        return all(rec(v) for v in ins)
+    if t in ("Cos", "Sin", "Cast", "Neg", "Identity", "Sqrt", "Exp", "Reciprocal", "Abs", "Tanh", "Sigmoid"):
+        return rec(ins[0])
+    if t in ("Mul", "Div", "Add", "Sub", "Pow", "Max", "Min"):
+        return all(rec(v) for v in ins if v)
+    if t == "Where":
+        return last_dim_one(ins[0]) and rec(ins[1]) and rec(ins[2])
+    if t == "MatMul":  # out[..., j] = sum_k a[..., k] b[k, j]: b's column halves carry over
+        return rec(ins[1])
+    if t in ("Expand", "Unsqueeze", "Squeeze", "Reshape", "Transpose", "Slice", "Gather"):
+        src_rank = shapes.rank(ins[0])
+        if rank is None or src_rank is None:
+            return False
+        if t == "Transpose":
+            perm = node.attr("perm")
+            if perm is None or int(perm[-1]) != src_rank - 1:
+                return False
+        elif t == "Gather":
+            axis = node.attr("axis", 0)
+            if _last_axis(axis, src_rank):
+                return False
+        elif t == "Slice":
+            axes = _ints(graph, ins[3]) if len(ins) > 3 and ins[3] else list(range(len(_ints(graph, ins[1]) or [])))
+            if axes is None or any(_last_axis(a, src_rank) for a in axes) or not axes:
+                return False
+        elif t in ("Reshape", "Unsqueeze", "Squeeze", "Expand"):
+            out_shape, in_shape = shapes.shape(value), shapes.shape(ins[0])
+            if t == "Expand" and last_dim_one(ins[0]):
+                return True
+            if out_shape is None or in_shape is None or not out_shape or not in_shape:
+                return False
+            if not (isinstance(out_shape[-1], int) and out_shape[-1] == in_shape[-1]):
+                return False  # the last axis must be the same rows of the same length
+        return rec(ins[0])
+    return False
+
+
+def check(m: Match, partial: bool) -> str | None:
+    g, facts = m.graph, m.facts
+    x = m.node("part").outputs[0] if partial else m["x"]
+    q = m["q"] if partial else x
+    qs = facts.shapes.shape(q)
+    if qs is None or len(qs) != 4:
+        return f"the rotated input has no known rank-4 shape [B, N, S, D] (it has {qs})"
+    if facts.shapes.dtype(q) not in DTYPES or facts.shapes.dtype(m["cos"]) != facts.shapes.dtype(q):
+        return "x, cos and sin are not all float32 (or all float16)"
+    head = qs[3]
+    if partial:
+        bounds = slice_bounds(m, "part", 4)
+        if isinstance(bounds, str):
+            return bounds
+        rest = slice_bounds(m, "pass", 4)
+        if isinstance(rest, str):
+            return rest
+        if not isinstance(head, int) or bounds[0] != 0 or rest[0] != bounds[1] or rest[1] < head:
+            return f"the rotated part {bounds} and the passed part {rest} do not split [0, {head})"
+        d = bounds[1]
+        if not isinstance(qs[1], int):
+            return "partial rotary needs a static number of heads (the kernel's num_heads)"
+        if facts.shapes.rank(x) != 4 or _last_axis(m.node("outer").attr("axis"), 4) is False:
+            return "the outer Concat is not on the last axis"
+    else:
+        d = head
+    if not isinstance(d, int) or d % 2 or d <= 0:
+        return f"the rotated size {d} is not a static even number"
+    h = d // 2
+    rot = m.node("rot")
+    if not _last_axis(rot.attr("axis"), 4):
+        return f"the rotate-half Concat is on axis {rot.attr('axis')}, not the last"
+    if m.node("split") is not None:
+        split = m.node("split")
+        sizes = _ints(g, m.get("split_sizes")) if m.get("split_sizes") else list(split.attr("split") or [])
+        if not _last_axis(split.attr("axis", 0), 4) or len(split.outputs) != 2 or (sizes and sizes != [h, h]):
+            return f"the Split does not cut the last axis into two halves of {h}"
+    else:
+        lo, hi = slice_bounds(m, "lo", 4), slice_bounds(m, "hi", 4)
+        for bounds in (lo, hi):
+            if isinstance(bounds, str):
+                return bounds
+        if lo[0] != 0 or lo[1] != h or hi[0] != h or hi[1] < d:
+            return f"the halves {lo} and {hi} are not [0, {h}) and [{h}, {d})"
+    xd = [qs[0], qs[1], qs[2], d]
+    tables = {}
+    for table in ("cos", "sin"):
+        fit = _table_fit(m, facts, table, q, xd)
+        if isinstance(fit, str):
+            return fit
+        tables[table] = fit
+        if not halves_equal(g, facts.shapes, m[table]):
+            return f"{table}'s two halves are not provably equal (the kernel reads one half for both)"
+    if tables["cos"] != tables["sin"]:
+        return f"cos and sin have different shapes ({tables['cos']} and {tables['sin']})"
+    static = all(isinstance(v, int) for v in (*tables["cos"][0:3:2], qs[0], qs[2]))
+    if not static and graph_opset(g, m.ctx) < 15:
+        return "dynamic shapes below opset 15 (the position ids need Shape(start, end))"
+    m.extra.update(d=d, h=h, heads=qs[1], table=tables["cos"], static=static, q=q, partial=partial)
+    return None
+
+
+def _table_fit(m: Match, facts: Any, table: str, q: str, xd: list[Any]) -> list[Any] | str:
+    shape = facts.shapes.shape(m[table])
+    if shape is None or len(shape) > 4:
+        return f"{table} has no known shape of rank <= 4"
+    pad = 4 - len(shape)
+    padded = [1] * pad + list(shape)
+    if padded[1] != 1:
+        return f"{table} varies along the heads axis ({padded[1]}): the kernel has one angle table for all heads"
+    if padded[3] != xd[3]:
+        return f"{table}'s last dim {padded[3]} is not the rotated size {xd[3]}"
+    if padded[0] != 1 and not (pad == 0 and facts.dims.equal((m[table], 0), (q, 0))):
+        return f"{table}'s batch dim {padded[0]} is neither 1 nor provably x's batch {xd[0]}"
+    if padded[2] == 1 and xd[2] != 1:
+        return f"{table} holds one position for every token (seq dim 1, x has {xd[2]})"
+    if padded[2] != 1 and not (pad <= 2 and facts.dims.equal((m[table], 2 - pad), (q, 2))):
+        return f"{table}'s sequence dim {padded[2]} is not provably x's {xd[2]}"
+    return padded
+
+
+# ---------------------------------------------------------------------- replacement
+
+
+def _cache(rw: Rewrite, value: str, h: int, tag: str) -> str:
+    array = rw.graph.const(value)
+    if array is not None:
+        return rw.initializer(np.ascontiguousarray(array[..., :h].reshape(-1, h)), f"{tag}_cache")
+    cut = rw.add("Slice", [value, rw.initializer(np.array([0], np.int64), "zero"),
+                           rw.initializer(np.array([h], np.int64), "half"),
+                           rw.initializer(np.array([-1], np.int64), "last")], suffix=f"{tag}_half").outputs[0]
+    return rw.add("Reshape", [cut, rw.initializer(np.array([-1, h], np.int64), "rows")],
+                  suffix=f"{tag}_cache").outputs[0]
+
+
+def _dim(rw: Rewrite, value: str, axis: int, static: Any, tag: str) -> str:
+    if isinstance(static, int):
+        return rw.initializer(np.array([static], np.int64), tag)
+    return rw.add("Shape", [value], attrs={"start": axis, "end": axis + 1}, suffix=tag).outputs[0]
+
+
+def _positions(rw: Rewrite, m: Match, cos: str, cache: str) -> str:
+    """Row numbers of the cache, shaped as the tokens: arange(rows).reshape(c0, c2), expanded to [B, S]."""
+    c0, _, c2, _ = m.extra["table"]
+    q = m.extra["q"]
+    qs = m.facts.shapes.shape(q)
+    if m.extra["static"]:
+        ids = np.arange(c0 * c2, dtype=np.int64).reshape(c0, c2)
+        return rw.initializer(np.ascontiguousarray(np.broadcast_to(ids, (qs[0], qs[2]))), "position_ids")
+    pad = 4 - (m.facts.shapes.rank(cos) or 4)
+    rows = rw.add("Shape", [cache], attrs={"start": 0, "end": 1}, suffix="rows").outputs[0]
+    count = rw.add("Reshape", [rows, rw.initializer(np.array([], np.int64), "scalar")], suffix="count").outputs[0]
+    ids = rw.add("Range", [rw.initializer(np.array(0, np.int64), "start"), count,
+                           rw.initializer(np.array(1, np.int64), "step")], suffix="range").outputs[0]
+    grid = rw.add("Concat", [_dim(rw, cos, 0 - pad, c0, "rows_b") if c0 != 1 else rw.initializer(np.array([1], np.int64), "one"),
+                             _dim(rw, cos, 2 - pad, c2, "rows_s")], attrs={"axis": 0}, suffix="grid").outputs[0]
+    ids = rw.add("Reshape", [ids, grid], suffix="ids").outputs[0]
+    if c0 == qs[0] and c2 == qs[2] and isinstance(c0, int):
+        return ids
+    tokens = rw.add("Concat", [_dim(rw, q, 0, qs[0], "batch"), _dim(rw, q, 2, qs[2], "seq")], attrs={"axis": 0},
+                    suffix="tokens").outputs[0]
+    return rw.add("Expand", [ids, tokens], suffix="position_ids").outputs[0]
+
+
+def emit(target: str):
+    def replace(m: Match, rw: Rewrite) -> str:
+        h = m.extra["h"]
+        cos_cache = _cache(rw, m["cos"], h, "cos")
+        sin_cache = _cache(rw, m["sin"], h, "sin")
+        positions = _positions(rw, m, m["cos"], cos_cache)
+        attrs: dict[str, Any] = {"interleaved": 0}
+        if m.extra["partial"]:
+            attrs.update(rotary_embedding_dim=m.extra["d"], num_heads=m.extra["heads"])
+        if target == "ort":
+            use_ms_domain(rw.ctx)
+            node = rw.add("RotaryEmbedding", [m.extra["q"], positions, cos_cache, sin_cache], attrs=attrs,
+                          domain=MS_DOMAIN)
+        else:
+            attrs.pop("num_heads", None)  # only for 3-D input in the ONNX op
+            node = rw.add("RotaryEmbedding", [m.extra["q"], cos_cache, sin_cache, positions], attrs=attrs)
+        return node.outputs[0]
+
+    return replace
