@@ -352,7 +352,8 @@ def measure(case: Case) -> dict[str, Any]:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 result = fn(path, out, case)
             counts = op_counts(result)
-            entry.update(counts=dict(counts), reached=reached(case, counts), nodes=len(result.graph.node))
+            entry.update(counts=dict(counts), reached=reached(case, counts), nodes=len(result.graph.node),
+                         size_mb=round(sum(f.stat().st_size for f in folder.glob(f"{peer}.onnx*")) / 1e6, 1))
             try:
                 entry["outputs"] = "equal" if same(reference, run(str(out), feeds)) else "DIFFER"
             except Exception as e:  # noqa: BLE001
@@ -368,8 +369,8 @@ def measure(case: Case) -> dict[str, Any]:
 
 
 def table(rows: list[dict[str, Any]], cases: dict[str, Case]) -> str:
-    lines = ["| model | expected (peer's test) | graphtool L2 ort | onnxscript optimize_for_ort | ORT transformers | outputs g/o/t |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| model | expected (peer's test) | graphtool L2 ort | onnxscript optimize_for_ort | ORT transformers "
+             "| outputs g/o/t | MB in → g/o/t |", "|---|---|---|---|---|---|---|"]
     totals = Counter()
     counted = 0
     for row in rows:
@@ -388,9 +389,10 @@ def table(rows: list[dict[str, Any]], cases: dict[str, Case]) -> str:
             cells.append(f"{mark}: {shown(case, Counter(e['counts']))}")
         outs = "/".join(row[p].get("outputs", "-")[:6] for p in PEERS)
         expect = ", ".join(f"{t}{'=' if t in case.exact else '>='}{n}" for t, n in case.expect.items())
-        lines.append(f"| {row['name']} | {expect} | " + " | ".join(cells) + f" | {outs} |")
+        sizes = "/".join(str(row[p].get("size_mb", "-")) for p in PEERS)
+        lines.append(f"| {row['name']} | {expect} | " + " | ".join(cells) + f" | {outs} | {row.get('size_mb')} → {sizes} |")
     lines.append(f"| **total reached** (of {counted}) | | **{totals['graphtool']}** | **{totals['onnxscript']}** | "
-                 f"**{totals['ort']}** | |")
+                 f"**{totals['ort']}** | | |")
     left = [f"- {r['name']}: {r['status']}" for r in rows if r.get("status") != "ok"]
     left += [f"- {k}: {v}" for k, v in LEFT_OUT.items()]
     if left:

@@ -22,6 +22,11 @@ The rewrite, case by case:
    light/ models build every weight with ``ConstantOfShape`` (light_vgg19's 411 MB FC matrix).
    Never a weight: a graph output, and a value broadcast by ``Expand`` or ``Tile`` (e.g. a mask
    expanded to [B, H, S, S]) — there the runtime broadcasts for free what the file would store.
+5. Never a second copy: a value over the size limit computed from constants of more than the
+   limit that *stay* in the model (read outside the folded region) is not materialized either,
+   weight or not. Tied embeddings are the case: ``MatMul(h, Transpose(W))`` while ``W`` stays for
+   the embedding ``Gather`` — folding would store W twice (SmolLM: 671 -> 1,074 MB). The Transpose
+   stays; at level 2 ``--target ort`` it becomes FusedMatMul's ``transB``.
 
 In IR < 4 models, a new main-graph initializer is also listed as a graph input, as that IR
 version requires.
@@ -140,7 +145,9 @@ def _too_big(graph: Graph, region: list[Node], value: str, array: np.ndarray, li
     not a weight (see the module docstring)."""
     if array.nbytes <= limit:
         return False
-    source_bytes, broadcast = _cone(graph, region, value)
+    source_bytes, broadcast, kept = _cone(graph, region, value)
+    if kept > limit:
+        return True  # a second copy of a large constant that stays (tied embeddings' Transpose(W))
     if not broadcast and _is_weight(graph, value):
         return False
     return array.nbytes - source_bytes > limit
@@ -165,11 +172,13 @@ def _is_weight(graph: Graph, value: str) -> bool:
     return True
 
 
-def _cone(graph: Graph, region: list[Node], value: str) -> tuple[int, bool]:
-    """Bytes of the constants ``value`` is computed from, and whether Expand/Tile broadcast it."""
+def _cone(graph: Graph, region: list[Node], value: str) -> tuple[int, bool, int]:
+    """Bytes of the constants ``value`` is computed from, whether Expand/Tile broadcast it, and
+    the bytes of those constants that stay in the model after the fold (read outside the region)."""
     produced = {v: n for n in region for v in n.outputs if v}
+    inside = {n.id for n in region}
     seen: set[str] = set()
-    total = 0
+    total = kept = 0
     broadcast = False
     stack = [value]
     while stack:
@@ -185,7 +194,9 @@ def _cone(graph: Graph, region: list[Node], value: str) -> tuple[int, bool]:
         tensor = graph.initializers.get(v)
         if tensor is not None:
             total += tensor.nbytes
+            if graph.is_output(v) or any(slot == CAPTURE or n.id not in inside for n, slot in graph.uses(v)):
+                kept += tensor.nbytes
         else:
             array = graph.const(v)
             total += 0 if array is None else int(np.asarray(array).nbytes)
-    return total, broadcast
+    return total, broadcast, kept

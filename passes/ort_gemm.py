@@ -8,7 +8,7 @@ Two onnxruntime contrib ops that absorb the cheap op next to a matrix product:
   ThresholdedRelu(alpha).
 * ``ort-fused-matmul`` — ``MatMul(Transpose(A), Transpose(B))`` where a Transpose swaps only the last
   two axes → ``transA`` / ``transB``; ``MatMul(·) * c``, ``MatMul(·) / c`` or ``MatMul(A * c, B)``
-  with a scalar constant c → ``alpha``. The Transpose of a constant is left to constant folding
+  with a scalar constant c → ``alpha``. The Transpose of a constant that only it reads is left to constant folding
   (a folded weight costs nothing at run time).
 
 As rules (``graphtool.rewrite``)::
@@ -70,9 +70,11 @@ class OrtFusedGemm(RulePass):
 
 
 def _swaps_last_two(m: Match, tr: Node) -> str | None:
-    """None when the Transpose swaps only the last two axes of a value that is not a constant."""
-    if m.graph.const(tr.inputs[0]) is not None:
-        return f"the Transpose '{tr.name}' is of a constant (constant folding's job)"
+    """None when the Transpose swaps only the last two axes of a value that is not a constant
+    read only by it (folding stores that one transposed; a constant other ops read too stays, and
+    folding will not store it twice: tied embeddings' ``MatMul(h, Transpose(W))``)."""
+    if m.graph.const(tr.inputs[0]) is not None and len(m.graph.uses(tr.inputs[0])) <= 1:
+        return f"the Transpose '{tr.name}' is of a constant only it reads (constant folding's job)"
     perm, rank = tr.attr("perm"), m.facts.shapes.rank(tr.inputs[0])
     if perm is None:
         perm = list(range(rank - 1, -1, -1)) if rank is not None else None

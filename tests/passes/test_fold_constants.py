@@ -229,3 +229,41 @@ def test_folding_keeps_every_onnx_node_test_output():
     print(f"{counted} node tests run in ORT, {changed} changed by folding, {len(failures)} broken")
     assert counted > 1400 and changed > 300
     assert failures == [], "\n".join(failures)
+
+
+def _tied_embeddings(vocab=64, hidden=32):
+    """SmolLM's tied head: the embedding table W is gathered for the input and, transposed, is the lm_head."""
+    w = np.random.default_rng(0).standard_normal((vocab, hidden)).astype(np.float32)
+    nodes = [helper.make_node("Gather", ["W", "ids"], ["h"]),
+             helper.make_node("Relu", ["h"], ["a"]),
+             helper.make_node("Transpose", ["W"], ["WT"], perm=[1, 0]),
+             helper.make_node("MatMul", ["a", "WT"], ["logits"])]
+    graph = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, ["b", "s"])],
+                              [helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, ["b", "s", vocab])],
+                              [onnx.numpy_helper.from_array(w, "W")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _weight_bytes(model) -> int:
+    return sum(t.nbytes for t in model.graph.initializers.values())
+
+
+@pytest.mark.parametrize("level,target", [(1, "onnx"), (2, "onnx"), (2, "ort")])
+def test_tied_embedding_weight_is_never_stored_twice(level, target):
+    original = io.load_proto(_tied_embeddings())
+    result, report, _ = optimize(original, level=level, target=target, max_fold_bytes=1024)
+    assert _weight_bytes(result) <= _weight_bytes(original)
+    assert not [t for t in result.graph.initializers.values() if tuple(t.dims) == (32, 64)]
+    feeds = {"ids": np.array([[1, 5, 63], [0, 2, 7]], np.int64)}
+    check = verify(original, result, feeds=feeds)
+    assert check.ok, check.summary()
+    if target == "ort":  # the transpose rides in the MatMul kernel instead
+        assert "Transpose" not in _ops(result), _ops(result)
+
+
+def test_a_transposed_weight_read_only_by_its_matmul_still_folds():
+    proto = _tied_embeddings()
+    proto.graph.node[0].input[0] = "W2"  # the Gather reads another table: W is the head's alone
+    proto.graph.initializer.append(onnx.numpy_helper.from_array(np.ones((64, 32), np.float32), "W2"))
+    result, _, _ = optimize(io.load_proto(proto), level=1, max_fold_bytes=1024)
+    assert "Transpose" not in _ops(result)
