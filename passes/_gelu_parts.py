@@ -19,7 +19,7 @@ from graphtool.rewrite import Match, Rewrite, Scalar, Var, either, op
 RTOL = 1e-4
 # the exact value of every constant a GELU spelling may hold, by the Var name the patterns bind it to
 EXPECTED = {"sqrt2": math.sqrt(2.0), "rsqrt2": 1.0 / math.sqrt(2.0), "one": 1.0, "half": 0.5, "two": 2.0,
-            "three": 3.0, "cubic": 0.044715, "k": math.sqrt(2.0 / math.pi)}
+            "three": 3.0, "cubic": 0.044715, "k": math.sqrt(2.0 / math.pi), "one_inner": 1.0}
 
 # ---------------------------------------------------------------------- patterns
 
@@ -39,7 +39,12 @@ def gelu_of(one_plus: Any) -> Any:
 ERF = gelu_of(op.Add(op.Erf(either(op.Div(x, Scalar("sqrt2")), op.Mul(x, Scalar("rsqrt2")))), Scalar("one")))
 _cube = either(op.Pow(x, Scalar("three")), op.Mul(x, op.Mul(x, x)))  # x·(x·x) and (x·x)·x: Mul commutes
 _inner = op.Mul(op.Add(x, op.Mul(_cube, Scalar("cubic"))), Scalar("k"))
-TANH = gelu_of(op.Add(op.Tanh(_inner), Scalar("one")))
+# OpenAI's / Megatron's and HuggingFace's FastGELUActivation: tanh(k·x·(1 + c·x·x)) — the same
+# number, k·(x + c·x³), factored; c·x·x as (c·x)·x or c·(x·x), k·x·(…) in either association
+_cx2 = either(op.Mul(op.Mul(x, Scalar("cubic")), x), op.Mul(op.Mul(x, x), Scalar("cubic")))
+_one_plus_cx2 = op.Add(_cx2, Scalar("one_inner"))
+_factored = either(op.Mul(op.Mul(x, Scalar("k")), _one_plus_cx2), op.Mul(op.Mul(x, _one_plus_cx2), Scalar("k")))
+TANH = either(gelu_of(op.Add(op.Tanh(_inner), Scalar("one"))), gelu_of(op.Add(op.Tanh(_factored), Scalar("one"))))
 
 # ---------------------------------------------------------------------- checks
 

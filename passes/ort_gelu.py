@@ -5,7 +5,8 @@ Rules (patterns here and in ``_gelu_parts.py``; intermediates must have no other
 
 * ``ort-gelu`` — below opset 20 there is no standard Gelu, so the erf spelling
   ``x·0.5·(1+Erf(x/√2))`` becomes ``com.microsoft.Gelu(x)`` and the tanh spelling
-  ``0.5·x·(1+Tanh(√(2/π)(x+0.044715x³)))`` becomes ``com.microsoft.FastGelu(x)``. The patterns and
+  ``0.5·x·(1+Tanh(√(2/π)(x+0.044715x³)))`` — or its factored form ``Tanh(0.79788·x·(1+0.044715·x·x))``
+  (OpenAI/Megatron, HuggingFace's FastGELUActivation) — becomes ``com.microsoft.FastGelu(x)``. The patterns and
   constant checks are ``fuse_gelu``'s (the same ones the opset-20 pass uses).
 * ``ort-bias-gelu`` — ``Gelu(Add(a, b))`` (standard erf Gelu or contrib Gelu) with ``b`` a constant
   1-D bias whose length provably equals a's last dim → ``BiasGelu(a, b)``; the tanh form (standard

@@ -155,3 +155,38 @@ def test_quick_gelu_alpha_that_would_broadcast_is_refused():
              helper.make_node("Mul", ["s", "x"], ["y"])]
     _, fused, _ = run(_model(nodes, [_c("alpha", np.full((1, 1, 1, 1), 1.702))]), ["ort-quick-gelu"])
     assert "com.microsoft:QuickGelu" not in ops(fused)
+
+
+def factored_tanh_gelu(form="megatron", half=0.5, opset=17):
+    """tanh(k·x·(1 + c·x·x)): Megatron's / OpenAI's gelu (x·0.5·(…)) and HuggingFace's FastGELUActivation
+    (0.5·x·(…), (x·k)·(1 + (c·x)·x)), node by node as torch exports them."""
+    k = 0.7978845608 if form == "hf" else 0.79788456
+    if form == "hf":
+        nodes = [helper.make_node("Mul", ["x", "k"], ["xk"]), helper.make_node("Mul", ["c", "x"], ["cx"]),
+                 helper.make_node("Mul", ["cx", "x"], ["cx2"]), helper.make_node("Add", ["one", "cx2"], ["p"]),
+                 helper.make_node("Mul", ["xk", "p"], ["inner"]), helper.make_node("Tanh", ["inner"], ["t"]),
+                 helper.make_node("Add", ["one", "t"], ["q"]), helper.make_node("Mul", ["half", "x"], ["hx"]),
+                 helper.make_node("Mul", ["hx", "q"], ["y"])]
+    else:
+        nodes = [helper.make_node("Mul", ["x", "half"], ["hx"]), helper.make_node("Mul", ["x", "x"], ["x2"]),
+                 helper.make_node("Mul", ["x2", "c"], ["cx2"]), helper.make_node("Add", ["cx2", "one"], ["p"]),
+                 helper.make_node("Mul", ["x", "p"], ["xp"]), helper.make_node("Mul", ["xp", "k"], ["inner"]),
+                 helper.make_node("Tanh", ["inner"], ["t"]), helper.make_node("Add", ["t", "one"], ["q"]),
+                 helper.make_node("Mul", ["hx", "q"], ["y"])]
+    inits = [_c("k", k), _c("c", 0.044715), _c("one", 1.0), _c("half", half)]
+    return _model(nodes, inits, opset=opset)
+
+
+@pytest.mark.parametrize("form", ["megatron", "hf"])
+def test_factored_tanh_gelu_becomes_fast_gelu(form):
+    original, fused, _ = run(factored_tanh_gelu(form), ["ort-gelu"])
+    assert ops(fused) == {"com.microsoft:FastGelu": 1}
+    assert_same_outputs(original, fused)
+    original, fused, _ = run(factored_tanh_gelu(form, opset=20), ["fuse-gelu"], target="onnx")
+    assert ops(fused) == {"Gelu": 1} and fused.graph.nodes("Gelu")[0].attr("approximate") in ("tanh", b"tanh")
+    assert_same_outputs(original, fused)
+
+
+def test_factored_tanh_gelu_with_a_wrong_constant_stays():
+    original, same, _ = run(factored_tanh_gelu("megatron", half=0.6), ["ort-gelu"])
+    assert ops(same) == ops(original)
