@@ -17,7 +17,9 @@ Rule, anchored on each LayerNormalization (last axis, constant 1-D gamma/beta)::
     y = LayerNormalization(s, gamma, beta)
     ⇒  y, _, s = EmbedLayerNormalization(int32(ids), int32(t)?, W, P(+T[0]), T?, gamma, beta)
 
-S above is always *proved* to be ids' dim 1 (``_ort_common.Dims``). It refuses when an Add has
+S above is always *proved* to be ids' dim 1 (``_ort_common.Dims``). Positions that are not provably
+0..S-1 (GPT-2 with a cache: ``arange(past, past + S)``, or a ``position_ids`` input) are passed to the
+kernel as its ``position_ids`` (input 8) when they are integers of ids' shape or of [1, S]. It refuses when an Add has
 another reader (the full sum may: it becomes output 2), when a table is not a float32 constant,
 when the ids' rank is not 2, or when the position ids cannot be proved to be 0..S-1.
 
@@ -76,6 +78,25 @@ def _all_zeros(graph: Graph, value: str, depth: int = 0) -> bool:
         fill = node.attr("value")
         return fill is None or not np.any(np.asarray(fill))  # default fill is 0
     return _all_zeros(graph, node.inputs[0], depth + 1)
+
+
+def _explicit_positions(prover: "_Prover", lookups: list) -> tuple[int, int, str] | None:
+    """GPT-2's positions: (word, pos, position ids) when two lookups read rank-2 integer ids, the
+    position ids of the ids' shape or of [1, S] (S provably equal). The kernel then adds
+    ``word_table[ids] + pos_table[position_ids]``, which is the graph's sum whichever is called which;
+    the larger table is taken as the words."""
+    order = sorted(range(len(lookups)), key=lambda i: -lookups[i][1].shape[0])
+    for i in order:
+        ids = lookups[i][0].inputs[1]
+        if prover.shapes.rank(ids) != 2 or prover.shapes.dtype(ids) not in (6, 7):
+            continue
+        for p in order:
+            pids = lookups[p][0].inputs[1]
+            if p == i or prover.shapes.rank(pids) != 2 or prover.shapes.dtype(pids) not in (6, 7):
+                continue
+            if prover.same_shape(pids, ids) or (prover.dims.static(pids, 0) == 1 and prover.dims.equal((pids, 1), (ids, 1))):
+                return i, p, pids
+    return None
 
 
 class _Prover:
@@ -221,8 +242,14 @@ class OrtEmbedLayerNorm(Pass):
             others = [j for j in rest if j != p]
             typ = others[0] if others else None
             break
+        explicit = ""  # position ids the kernel reads (input 8) when they are not provably 0..S-1
         if word is None:
-            return False
+            found = _explicit_positions(prover, lookups)
+            if found is None:
+                return False
+            word, pos, explicit = found
+            others = [j for j in range(len(lookups)) if j not in (word, pos)]
+            typ = others[0] if others else None
         ids = lookups[word][0].inputs[1]
         segment, pos_table, seg_table = "", lookups[pos][1], None
         if typ is not None:
@@ -236,6 +263,8 @@ class OrtEmbedLayerNorm(Pass):
         ids_dtype = prover.shapes.dtype(ids)
         if ids_dtype not in (6, 7) or (segment and prover.shapes.dtype(segment) not in (6, 7)):
             return False
+        if explicit and typ is not None and not segment:
+            return False  # the zero token-type row would be folded into a table read at explicit positions
         use_ms_domain(ctx)
         nodes = chain + [lookups[i][0] for i in range(len(lookups))] + [ln]
         name = namer(nodes, "EmbedLayerNormalization", fallback=ln.name)
@@ -243,7 +272,8 @@ class OrtEmbedLayerNorm(Pass):
         out_shape = prover.shapes.shape(ln.outputs[0])
         keep_sum = graph.is_output(s) or any(u != ln for u, _ in graph.uses(s))
         inputs32 = []
-        for value, dtype in ((ids, ids_dtype), (segment, prover.shapes.dtype(segment) if segment else None)):
+        for value, dtype in ((ids, ids_dtype), (segment, prover.shapes.dtype(segment) if segment else None),
+                             (explicit, prover.shapes.dtype(explicit) if explicit else None)):
             if value and dtype == 7:
                 value = graph.add_node("Cast", [value], 1, {"to": 6}, name=f"{name}/{value}_int32",
                                        near=graph.producer(value)).outputs[0]
@@ -252,6 +282,8 @@ class OrtEmbedLayerNorm(Pass):
         if pos_table is not lookups[pos][1]:
             pos_name = graph.add_initializer(pos_table.astype(np.float32), f"{name}_position_embedding")
         inputs = [inputs32[0], inputs32[1], lookups[word][0].inputs[0], pos_name, seg_table or "", ln.inputs[1], ln.inputs[2]]
+        if explicit:
+            inputs += ["", inputs32[2]]  # no mask; position_ids
         outputs = [ln.outputs[0], "", s if keep_sum else ""]
         if not keep_sum:
             outputs.pop()

@@ -86,6 +86,44 @@ def test_sum_read_elsewhere_is_output_2():
 
 
 def test_position_ids_not_arange_are_refused():
-    """A reversed position buffer is not the 0..S-1 the op builds in."""
+    """A reversed position buffer is not the 0..S-1 the op builds in, and its sliced shape is not
+    proven [1, S] for the kernel's position_ids input either."""
     original, result, _ = run(embedding_model(arange=False), ["ort-embed-layer-norm"])
+    assert "com.microsoft:EmbedLayerNormalization" not in ops(result)
+
+
+def gpt2_embeddings(position_shape=("batch", "seq")):
+    """GPT-2: wte[input_ids] + wpe[position_ids] (positions start after the cache), the sum also
+    feeding the first residual Add."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((V, H)).astype(np.float32), "wte"),
+             numpy_helper.from_array(rng.standard_normal((40, H)).astype(np.float32), "wpe"),
+             numpy_helper.from_array(np.ones(H, np.float32), "g"), numpy_helper.from_array(np.zeros(H, np.float32), "b")]
+    nodes = [helper.make_node("Gather", ["wte", "input_ids"], ["we"]),
+             helper.make_node("Gather", ["wpe", "position_ids"], ["pe"]),
+             helper.make_node("Add", ["we", "pe"], ["h"]),
+             helper.make_node("LayerNormalization", ["h", "g", "b"], ["ln"], epsilon=1e-5),
+             helper.make_node("Add", ["h", "ln"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "gpt2_embeddings",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info("position_ids", TensorProto.INT64, list(position_shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", H])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("position_shape", [("batch", "seq"), (1, "seq")])
+def test_gpt2_embeddings_with_position_ids_after_a_cache(position_shape):
+    proto = gpt2_embeddings(position_shape)
+    original, fused, _ = run(proto, ["ort-embed-layer-norm"])
+    assert ops(fused)["com.microsoft:EmbedLayerNormalization"] == 1
+    rng = np.random.default_rng(3)
+    for past, seq in ((0, 5), (9, 1), (20, 7)):
+        pos = np.arange(past, past + seq, dtype=np.int64)[None].repeat(2 if position_shape[0] != 1 else 1, 0)
+        assert_same_outputs(original, fused, {"input_ids": rng.integers(0, V, (2, seq)), "position_ids": pos})
+
+
+def test_gpt2_positions_of_another_length_are_refused():
+    proto = gpt2_embeddings(("batch", "other"))
+    original, result, _ = run(proto, ["ort-embed-layer-norm"])
     assert "com.microsoft:EmbedLayerNormalization" not in ops(result)
