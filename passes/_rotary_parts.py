@@ -50,13 +50,21 @@ def rotate_half(x: Any) -> Any:
                   op.Concat(op.Neg(split.output(1)), split.output(0), _name="rot"))
 
 
-def apply_rotary(x: Any) -> Any:
-    """``x * cos + rotate_half(x) * sin`` (each product in either operand order)."""
-    return op.Add(op.Mul(x, Var("cos"), _name="mul_cos"), op.Mul(rotate_half(x), Var("sin"), _name="mul_sin"),
+def rotate_pairs(x: Any) -> Any:
+    """GPT-J's ``stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2)``: every pair (a, b) becomes (-b, a)."""
+    stacked = op.Concat(op.Unsqueeze(op.Neg(_slice(x, "odd")), Var("odd_axes", omittable=True)),
+                        op.Unsqueeze(_slice(x, "even"), Var("even_axes", omittable=True)), _name="rot")
+    return op.Reshape(stacked, Var("flat_shape"), _name="flat")
+
+
+def apply_rotary(x: Any, rotate: Any = rotate_half) -> Any:
+    """``x * cos + rotate(x) * sin`` (each product in either operand order)."""
+    return op.Add(op.Mul(x, Var("cos"), _name="mul_cos"), op.Mul(rotate(x), Var("sin"), _name="mul_sin"),
                   _name="add")
 
 
 FULL = apply_rotary(Var("x"))
+INTERLEAVED = apply_rotary(Var("x"), rotate_pairs)
 # partial rotary: the first rd channels rotate, the rest pass through
 _part = _slice(Var("q"), "part")
 PARTIAL = op.Concat(apply_rotary(_part), _slice(Var("q"), "pass"), _name="outer")
@@ -90,14 +98,17 @@ def slice_bounds(m: Match, tag: str, rank: int) -> tuple[int, int] | str:
     return starts[0], ends[0]
 
 
-def halves_equal(graph: Graph, shapes: Any, value: str, depth: int = 0) -> bool:
-    """Every row of ``value`` (along its last axis, of even length) has two equal halves."""
+def halves_equal(graph: Graph, shapes: Any, value: str, depth: int = 0, pairs: bool = False) -> bool:
+    """Every row of ``value`` (along its last axis, of even length) has two equal halves — or, with
+    ``pairs``, equal neighbours (2i, 2i+1): the interleaved kernel's one angle per pair."""
     if depth > 24:
         return False
     array = graph.const(value)
     if array is not None:
         if array.ndim == 0 or array.shape[-1] % 2:
             return array.size == 1
+        if pairs:
+            return bool(np.array_equal(array[..., 0::2], array[..., 1::2]))
         h = array.shape[-1] // 2
         return bool(np.array_equal(array[..., :h], array[..., h:]))
     node = graph.producer(value)
@@ -111,12 +122,17 @@ def halves_equal(graph: Graph, shapes: Any, value: str, depth: int = 0) -> bool:
         return shape is not None and (len(shape) == 0 or shape[-1] == 1)
 
     def rec(v: str) -> bool:
-        return last_dim_one(v) or halves_equal(graph, shapes, v, depth + 1)
+        return last_dim_one(v) or halves_equal(graph, shapes, v, depth + 1, pairs)
 
     if t == "Concat":
         if rank is not None and _last_axis(node.attr("axis"), rank):
-            return len(ins) == 2 and ins[0] == ins[1]
+            return len(ins) == 2 and ins[0] == ins[1] and (not pairs or last_dim_one(ins[0]))
         return all(rec(v) for v in ins)
+    if pairs and t == "Reshape":  # repeat_interleave: [..., h, 2] rows of equal pairs flattened to [..., 2h]
+        out_shape, in_shape = shapes.shape(value), shapes.shape(ins[0])
+        if (out_shape and in_shape and len(out_shape) == len(in_shape) - 1 and in_shape[-1] == 2
+                and isinstance(in_shape[-2], int) and out_shape[-1] == 2 * in_shape[-2]):
+            return halves_equal(graph, shapes, ins[0], depth + 1, False)
     if t in ("Cos", "Sin", "Cast", "Neg", "Identity", "Sqrt", "Exp", "Reciprocal", "Abs", "Tanh", "Sigmoid"):
         return rec(ins[0])
     if t in ("Mul", "Div", "Add", "Sub", "Pow", "Max", "Min"):
@@ -153,7 +169,37 @@ def halves_equal(graph: Graph, shapes: Any, value: str, depth: int = 0) -> bool:
     return False
 
 
-def check(m: Match, partial: bool) -> str | None:
+def _pairs(m: Match, d: int) -> str | None:
+    """The interleaved rotation's two step-2 Slices, Unsqueezes to a new last axis, and the flatten back."""
+    g = m.graph
+    for tag, first in (("even", 0), ("odd", 1)):
+        starts, ends = _ints(g, m.get(f"{tag}_start")), _ints(g, m.get(f"{tag}_end"))
+        axes = _ints(g, m.get(f"{tag}_axes")) if m.get(f"{tag}_axes") else [3]
+        steps = _ints(g, m.get(f"{tag}_steps")) if m.get(f"{tag}_steps") else [1]
+        if starts != [first] or not ends or ends[0] < d or axes is None or len(axes) != 1 \
+                or not _last_axis(axes[0], 4) or steps != [2]:
+            return f"the {tag} Slice is not x[..., {first}::2]"
+    for tag, slot in (("odd", 0), ("even", 1)):
+        unsq = g.producer(m.node("rot").inputs[slot])
+        axes_u = unsq.attr("axes")
+        axes_u = [int(a) for a in axes_u] if axes_u is not None else _ints(g, unsq.inputs[1] if len(unsq.inputs) > 1 else None)
+        if axes_u not in ([-1], [4]):
+            return f"the {tag} half is not unsqueezed at a new last axis (axes {axes_u})"
+    if not _last_axis(m.node("rot").attr("axis"), 5):
+        return "the stacking Concat is not on the new last axis"
+    target = _ints(g, m.get("flat_shape"))
+    xs = m.facts.shapes.shape(m["x"])
+    if target is None or len(target) != 4 or target[3] != d or m.node("flat").attr("allowzero", 0):
+        return f"the flatten's shape {target} is not [·, ·, ·, {d}]"
+    for i in range(3):
+        if target[i] not in (0, -1) and target[i] != xs[i]:
+            return f"the flatten's dim {i} is {target[i]}, x's is {xs[i]}"
+    if target[:3].count(-1) > 1:
+        return "the flatten's shape has two -1"
+    return None
+
+
+def check(m: Match, partial: bool, interleaved: bool = False) -> str | None:
     g, facts = m.graph, m.facts
     x = m.node("part").outputs[0] if partial else m["x"]
     q = m["q"] if partial else x
@@ -183,9 +229,15 @@ def check(m: Match, partial: bool) -> str | None:
         return f"the rotated size {d} is not a static even number"
     h = d // 2
     rot = m.node("rot")
-    if not _last_axis(rot.attr("axis"), 4):
+    if interleaved:
+        why = _pairs(m, d)
+        if why:
+            return why
+    elif not _last_axis(rot.attr("axis"), 4):
         return f"the rotate-half Concat is on axis {rot.attr('axis')}, not the last"
-    if m.node("split") is not None:
+    if interleaved:
+        pass
+    elif m.node("split") is not None:
         split = m.node("split")
         sizes = _ints(g, m.get("split_sizes")) if m.get("split_sizes") else list(split.attr("split") or [])
         if not _last_axis(split.attr("axis", 0), 4) or len(split.outputs) != 2 or (sizes and sizes != [h, h]):
@@ -204,14 +256,16 @@ def check(m: Match, partial: bool) -> str | None:
         if isinstance(fit, str):
             return fit
         tables[table] = fit
-        if not halves_equal(g, facts.shapes, m[table]):
-            return f"{table}'s two halves are not provably equal (the kernel reads one half for both)"
+        if not halves_equal(g, facts.shapes, m[table], pairs=interleaved):
+            return (f"{table}'s neighbouring pairs are not provably equal (the kernel reads one angle per pair)"
+                    if interleaved else f"{table}'s two halves are not provably equal (the kernel reads one half for both)")
     if tables["cos"] != tables["sin"]:
         return f"cos and sin have different shapes ({tables['cos']} and {tables['sin']})"
     static = all(isinstance(v, int) for v in (*tables["cos"][0:3:2], qs[0], qs[2]))
     if not static and graph_opset(g, m.ctx) < 15:
         return "dynamic shapes below opset 15 (the position ids need Shape(start, end))"
-    m.extra.update(d=d, h=h, heads=qs[1], table=tables["cos"], static=static, q=q, partial=partial)
+    m.extra.update(d=d, h=h, heads=qs[1], table=tables["cos"], static=static, q=q, partial=partial,
+                   interleaved=interleaved)
     return None
 
 
@@ -237,13 +291,18 @@ def _table_fit(m: Match, facts: Any, table: str, q: str, xd: list[Any]) -> list[
 # ---------------------------------------------------------------------- replacement
 
 
-def _cache(rw: Rewrite, value: str, h: int, tag: str) -> str:
+def _cache(rw: Rewrite, value: str, h: int, tag: str, pairs: bool = False) -> str:
+    """[rows, h]: the first half of each row of the angle table, or (interleaved) every other entry."""
     array = rw.graph.const(value)
     if array is not None:
-        return rw.initializer(np.ascontiguousarray(array[..., :h].reshape(-1, h)), f"{tag}_cache")
-    cut = rw.add("Slice", [value, rw.initializer(np.array([0], np.int64), "zero"),
-                           rw.initializer(np.array([h], np.int64), "half"),
-                           rw.initializer(np.array([-1], np.int64), "last")], suffix=f"{tag}_half").outputs[0]
+        picked = array[..., 0::2] if pairs else array[..., :h]
+        return rw.initializer(np.ascontiguousarray(picked.reshape(-1, h)), f"{tag}_cache")
+    cut_inputs = [value, rw.initializer(np.array([0], np.int64), "zero"),
+                  rw.initializer(np.array([2 * h if pairs else h], np.int64), "half"),
+                  rw.initializer(np.array([-1], np.int64), "last")]
+    if pairs:
+        cut_inputs.append(rw.initializer(np.array([2], np.int64), "step"))
+    cut = rw.add("Slice", cut_inputs, suffix=f"{tag}_half").outputs[0]
     return rw.add("Reshape", [cut, rw.initializer(np.array([-1, h], np.int64), "rows")],
                   suffix=f"{tag}_cache").outputs[0]
 
@@ -280,10 +339,11 @@ def _positions(rw: Rewrite, m: Match, cos: str, cache: str) -> str:
 def emit(target: str):
     def replace(m: Match, rw: Rewrite) -> str:
         h = m.extra["h"]
-        cos_cache = _cache(rw, m["cos"], h, "cos")
-        sin_cache = _cache(rw, m["sin"], h, "sin")
+        pairs = m.extra["interleaved"]
+        cos_cache = _cache(rw, m["cos"], h, "cos", pairs)
+        sin_cache = _cache(rw, m["sin"], h, "sin", pairs)
         positions = _positions(rw, m, m["cos"], cos_cache)
-        attrs: dict[str, Any] = {"interleaved": 0}
+        attrs: dict[str, Any] = {"interleaved": int(pairs)}
         if m.extra["partial"]:
             attrs.update(rotary_embedding_dim=m.extra["d"], num_heads=m.extra["heads"])
         if target == "ort":

@@ -9,7 +9,9 @@ write it as seven ops per tensor (plus the shape arithmetic of the halves)::
 
 * ``rotary-embedding``: the whole head dim D rotates (h = D/2);
 * ``rotary-embedding-partial``: ``Concat(rope(q[..., :d]), q[..., d:])`` (Phi-2: d < D) — the
-  kernel's ``rotary_embedding_dim``/``num_heads``.
+  kernel's ``rotary_embedding_dim``/``num_heads``;
+* ``rotary-embedding-interleaved``: GPT-J's pairs, ``rot = flatten(stack((-x[..., 1::2], x[..., ::2]), -1))``
+  with cos/sin repeated per pair (``interleaved=1``; the proof is then "neighbours equal").
 
 ``ort-rotary-embedding`` (``--target ort``) writes com.microsoft ``RotaryEmbedding(x, position_ids,
 cos_cache, sin_cache)``; ``fuse-rotary-embedding`` writes ONNX ``RotaryEmbedding`` (opset >= 23).
@@ -22,8 +24,8 @@ They refuse when (the first failure is what ``--explain`` prints):
    rotary's two parts must tile [0, D) and the head count must be static);
 3. cos or sin varies along the heads axis, has a last dim other than the rotated size, a batch dim
    neither 1 nor provably x's, or a sequence dim not provably x's;
-4. a row of cos or sin does not provably have two equal halves (``_rotary_parts.halves_equal``:
-   the kernel reads one half and applies it to both);
+4. a row of cos or sin does not provably have two equal halves — interleaved: equal neighbours
+   (``_rotary_parts.halves_equal``: the kernel reads one angle and applies it to both);
 5. the shapes are dynamic below opset 15.
 
 The kernel's caches are the model's own cos/sin rows and its position ids are the row numbers,
@@ -41,15 +43,17 @@ from graphtool.passes._ort_common import contrib_allowed
 from graphtool.rewrite import Rule, RulePass
 
 
-def _rules(target: str) -> tuple[Rule, Rule]:
+def _rules(target: str) -> tuple[Rule, ...]:
     emit = parts.emit(target)
     return (Rule("rotary-embedding-partial", parts.PARTIAL, emit, lambda m: parts.check(m, True),
                  emits="RotaryEmbedding"),
-            Rule("rotary-embedding", parts.FULL, emit, lambda m: parts.check(m, False), emits="RotaryEmbedding"))
+            Rule("rotary-embedding", parts.FULL, emit, lambda m: parts.check(m, False), emits="RotaryEmbedding"),
+            Rule("rotary-embedding-interleaved", parts.INTERLEAVED, emit, lambda m: parts.check(m, False, True),
+                 emits="RotaryEmbedding"))
 
 
 class _RotaryPass(RulePass):
-    stat_keys = {"rotary-embedding-partial": "fused", "rotary-embedding": "fused"}
+    stat_keys = {"rotary-embedding-partial": "fused", "rotary-embedding": "fused", "rotary-embedding-interleaved": "fused"}
 
     def facts(self, graph: Graph, ctx: PassContext) -> common.Facts:
         return common.Facts(graph, ctx)

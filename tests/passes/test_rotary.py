@@ -30,9 +30,10 @@ def rope_model(opset=17, batch="batch", seq="seq", angles="computed", halves="sl
              numpy_helper.from_array(np.array([-1], np.int64), "last"),
              numpy_helper.from_array(np.array(2.0, np.float32), "two")]
     nodes = []
+    pairs = halves == "pairs"
     if angles == "cached":
         table = np.arange(64, dtype=np.float32)[:, None] * inv.reshape(1, -1)
-        emb = np.concatenate([table, table], axis=-1)
+        emb = np.repeat(table, 2, axis=-1) if pairs else np.concatenate([table, table], axis=-1)
         inits += [numpy_helper.from_array(np.cos(emb), "cos_table"), numpy_helper.from_array(np.sin(emb), "sin_table")]
         nodes += [helper.make_node("Gather", ["cos_table", "position_ids"], ["cos3"]),
                   helper.make_node("Gather", ["sin_table", "position_ids"], ["sin3"])]
@@ -45,19 +46,36 @@ def rope_model(opset=17, batch="batch", seq="seq", angles="computed", halves="sl
         if angles == "unequal":
             nodes.append(helper.make_node("Mul", ["f", "two"], ["f2"]))
             second = "f2"
-        nodes += [helper.make_node("Concat", ["f", second], ["emb"], axis=-1),
-                  helper.make_node("Cos", ["emb"], ["cos3"]), helper.make_node("Sin", ["emb"], ["sin3"])]
+        if pairs and angles == "computed":  # repeat_interleave(f, 2, -1)
+            inits.append(numpy_helper.from_array(np.array([0, 0, D], np.int64), "flat3"))
+            nodes += [helper.make_node("Unsqueeze", ["f", "last"], ["fu"]),
+                      helper.make_node("Concat", ["fu", "fu"], ["f2x"], axis=-1),
+                      helper.make_node("Reshape", ["f2x", "flat3"], ["emb"])]
+        else:
+            nodes.append(helper.make_node("Concat", ["f", second], ["emb"], axis=-1))
+        nodes += [helper.make_node("Cos", ["emb"], ["cos3"]), helper.make_node("Sin", ["emb"], ["sin3"])]
     nodes += [helper.make_node("Unsqueeze", ["cos3", "ax1"], ["cos"]),
               helper.make_node("Unsqueeze", ["sin3", "ax1"], ["sin"])]
-    if halves == "split":
+    if pairs:
+        inits += [numpy_helper.from_array(np.array([1], np.int64), "one_i"),
+                  numpy_helper.from_array(np.array([2], np.int64), "step2"),
+                  numpy_helper.from_array(np.array([0, 0, 0, D], np.int64), "flat4")]
+        nodes += [helper.make_node("Slice", ["x", "zero", "end", "last", "step2"], ["xe"]),
+                  helper.make_node("Slice", ["x", "one_i", "end", "last", "step2"], ["xo"]),
+                  helper.make_node("Neg", ["xo"], ["nxo"]),
+                  helper.make_node("Unsqueeze", ["nxo", "last"], ["a5"]),
+                  helper.make_node("Unsqueeze", ["xe", "last"], ["b5"]),
+                  helper.make_node("Concat", ["a5", "b5"], ["st"], axis=-1),
+                  helper.make_node("Reshape", ["st", "flat4"], ["rot"])]
+    elif halves == "split":
         nodes.append(helper.make_node("Split", ["x"], ["x1", "x2"], axis=-1, num_outputs=2) if opset >= 18
                      else helper.make_node("Split", ["x"], ["x1", "x2"], axis=-1))
     else:
         nodes += [helper.make_node("Slice", ["x", "zero", "h", "last"], ["x1"]),
                   helper.make_node("Slice", ["x", "h", "end", "last"], ["x2"])]
-    nodes += [helper.make_node("Neg", ["x2"], ["nx2"]),
-              helper.make_node("Concat", ["nx2", "x1"], ["rot"], axis=-1),
-              helper.make_node("Mul", ["x", "cos"], ["xc"]),
+    if not pairs:
+        nodes += [helper.make_node("Neg", ["x2"], ["nx2"]), helper.make_node("Concat", ["nx2", "x1"], ["rot"], axis=-1)]
+    nodes += [helper.make_node("Mul", ["x", "cos"], ["xc"]),
               helper.make_node("Mul", ["rot", "sin"], ["rs"]),
               helper.make_node("Add", ["xc", "rs"], ["y"])]
     graph = helper.make_graph(
@@ -83,6 +101,29 @@ def test_rope_becomes_com_microsoft_rotary_embedding(angles, halves):
     assert_same_outputs(original, fused, feeds())
     assert_same_outputs(original, fused, feeds(batch=1, seq=1, start=40))  # a decode step far along
     assert_same_outputs(original, fused)  # graphtool's own input discovery
+
+
+@pytest.mark.parametrize("angles", ["computed", "cached"])
+def test_interleaved_rope_becomes_rotary_embedding_interleaved(angles):
+    original, fused, _ = run(rope_model(angles=angles, halves="pairs"), ["ort-rotary-embedding"])
+    assert ops(fused)["com.microsoft:RotaryEmbedding"] == 1
+    assert fused.graph.nodes("RotaryEmbedding")[0].attr("interleaved") == 1
+    assert_same_outputs(original, fused, feeds())
+    assert_same_outputs(original, fused, feeds(batch=1, seq=1, start=40))
+
+
+def test_interleaved_rotation_with_half_split_angles_is_refused():
+    """Pairs rotated with angles laid out as [f, f] (not [f0, f0, f1, f1, ...]): not the kernel's."""
+    proto = rope_model(halves="pairs")
+    for node in proto.graph.node:  # the angles of the half-split layout
+        if node.op_type == "Reshape" and node.output[0] == "emb":
+            node.op_type, node.input[:] = "Concat", ["f", "f"]
+            node.attribute.append(helper.make_attribute("axis", -1))
+    original = io.load_proto(proto)
+    result, _, ctx = optimize(original, level=2, target="ort", passes=["ort-rotary-embedding"],
+                              explain={"rotary-embedding-interleaved"})
+    assert not ops(result)["com.microsoft:RotaryEmbedding"]
+    assert any("pairs are not provably equal" in e["reason"] for e in ctx.explanations.values()), ctx.explanations
 
 
 def test_static_shapes_give_constant_position_ids():
