@@ -14,7 +14,7 @@ import numpy as np
 from graphtool.passes._fuse_common import graph_opset, rank, reduce_mean_axes, scalar_const, trailing_axes_count
 from graphtool.passes._ort_common import Dims, Shapes, record_shape, use_ms_domain
 from graphtool.passes._rule_common import Facts
-from onnx import helper
+from onnx import TensorProto, helper
 
 from graphtool.ir.graph import Graph
 from graphtool.pass_manager import PassContext
@@ -210,19 +210,21 @@ def check_rmsnorm(m: Match) -> str | None:
         return why
     if m.get("eps") is not None and m.scalar("eps") < 0:
         return f"eps is {m.scalar('eps'):g}, negative"
-    if not shapes.is_float(xv):
-        return "x is not float"
+    x_type = shapes.dtype(xv)
+    if x_type not in (TensorProto.FLOAT, TensorProto.FLOAT16):
+        return "x is not float32 or float16"
+    dtype = np.float32 if x_type == TensorProto.FLOAT else np.float16
     shape = shapes.shape(xv)
     dims = shape[len(shape) - k:] if shape is not None and len(shape) >= k else None
     static = dims is not None and all(isinstance(d, int) for d in dims)
     scale = None
     if m.get("gamma") is None:
-        scale = np.ones(dims, np.float32) if static else None
+        scale = np.ones(dims, dtype) if static else None
     else:
         gamma = m.const("gamma")
-        if gamma.dtype != np.float32 or gamma.ndim > max(x_rank or 0, k):
+        if gamma.dtype != dtype or gamma.ndim > max(x_rank or 0, k):
             return (f"gamma is a {gamma.dtype} constant of rank {gamma.ndim}, "
-                    f"not float32 of rank <= {max(x_rank or 0, k)}")
+                    f"not {np.dtype(dtype)} of rank <= {max(x_rank or 0, k)}")
         if any(d != 1 for d in gamma.shape[: max(0, gamma.ndim - k)]):
             return f"gamma {list(gamma.shape)} varies along a non-normalized axis"
         gamma = gamma.reshape(gamma.shape[max(0, gamma.ndim - k):])
@@ -230,7 +232,7 @@ def check_rmsnorm(m: Match) -> str | None:
             scale = gamma
         elif static:
             try:
-                scale = np.ascontiguousarray(np.broadcast_to(gamma, dims)).astype(np.float32)
+                scale = np.ascontiguousarray(np.broadcast_to(gamma, dims)).astype(dtype)
             except ValueError:
                 return f"gamma {list(gamma.shape)} does not broadcast to the normalized dims {dims}"
     if scale is None:
@@ -248,7 +250,7 @@ def emit_rms(op_type: str) -> Callable[[Match, Rewrite], str]:
         if op_type == "RMSNormalization":
             attrs["stash_type"] = 1
         out = rw.add(op_type, [m["x"], scale], attrs=attrs).outputs[0]
-        record_shape(m.graph, shapes, out, out_shape, 1)
+        record_shape(m.graph, shapes, out, out_shape, 10 if m.extra["scale"].dtype == np.float16 else 1)
         return out
 
     return replace
@@ -307,8 +309,14 @@ def check_skip(m: Match) -> str | None:
     if m.get("beta") and (simplified or beta is None or beta.shape != (hidden,)):
         return f"beta is not a constant [{hidden}]"
     a, b = m.node("sum").inputs
-    if (graph.const(a) is not None and graph.const(b) is not None) or not shapes.is_float(s):
-        return "both operands of the sum are constants, or it is not float"
+    s_type = shapes.dtype(s)
+    if (graph.const(a) is not None and graph.const(b) is not None) or s_type not in (TensorProto.FLOAT,
+                                                                                     TensorProto.FLOAT16):
+        return "both operands of the sum are constants, or it is not float32 / float16"
+    wanted = np.float32 if s_type == TensorProto.FLOAT else np.float16
+    for name in ("gamma", "beta", "bias"):
+        if m.get(name) is not None and m.const(name) is not None and m.const(name).dtype != wanted:
+            return f"{name} is {m.const(name).dtype}, the sum is {np.dtype(wanted)}"
     if m.get("bias") is not None:
         mv, bias = m["m"], m.const("bias")
         if (bias.shape != (hidden,) or graph.const(mv) is not None or dims.static(mv, -1) != hidden
@@ -341,9 +349,10 @@ def emit_skip(op_type: str) -> Callable[[Match, Rewrite], str]:
         s_shape = shapes.shape(s)
         outputs: Any = [graph.fresh_name(f"{rw.name or op_type}_out"), "", "", rw.take_over(s)] if keep_sum else 1
         node = rw.add(op_type, inputs, outputs, {"epsilon": float(ln.attr("epsilon", 1e-5))}, domain="com.microsoft")
+        s_type = shapes.dtype(s) or 1
         if keep_sum:
-            record_shape(graph, shapes, node.outputs[3], s_shape, 1)
-        record_shape(graph, shapes, node.outputs[0], s_shape, 1)
+            record_shape(graph, shapes, node.outputs[3], s_shape, s_type)
+        record_shape(graph, shapes, node.outputs[0], s_shape, s_type)
         m.facts.with_bias += bool(bias)
         return node.outputs[0]
 

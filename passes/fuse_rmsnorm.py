@@ -16,9 +16,10 @@ elementwise ops::
 
 It refuses when an intermediate has another reader (a ``Shape`` too) or is a graph output, when the
 reduced axes are not the trailing ones, when eps / the exponent / the 1 of ``1/r`` are not one-element
-constants (exponent exactly 2, the 1 exactly 1, eps >= 0), when the dtype is not float32, or when
+constants (exponent exactly 2, the 1 exactly 1, eps >= 0), when the dtype is not float32 or float16
+(a float16 chain becomes the float16 op, whose kernel computes in float32 and rounds once), or when
 gamma is absent and the normalized size is not static (the op needs an explicit scale). A gamma
-Mul that does not fit (not float32, varies along other axes, does not broadcast to the normalized
+Mul that does not fit (not x's dtype, varies along other axes, does not broadcast to the normalized
 dims) is left after the fused op.
 """
 

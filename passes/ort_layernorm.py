@@ -20,7 +20,7 @@ It refuses unless:
    are provably the same — or the skip is provably a [1, S, H] / [S, H] broadcast of a rank-3 input
    (the broadcasts the kernel supports; ViT's constant position embedding is such a skip);
 3. the bias Add's output has no other reader (the sum s may have: it becomes output 3);
-4. the dtype is float32.
+4. the dtype is float32, or float16 with float16 gamma/beta/bias (the kernels' two types).
 
 RMS norms (ORT's SimplifiedLayerNormalization, or RMSNormalization at opset 23) take the same rule
 and become ``SkipSimplifiedLayerNormalization`` (no beta).

@@ -103,3 +103,18 @@ def test_explain_says_why():
     _, _, ctx = optimize(io.load_proto(rms_model(opset=23, exponent=3.0)), passes=["fuse-rms-norm"],
                          explain=["fuse-rms-norm"])
     assert "check: two is 3, not 2" in format_explanations(ctx.explanations)
+
+
+def test_float16_rms_norm_and_its_residual_add_fuse_in_float16():
+    """LLaMA exported in float16 keeps the whole norm in float16 (x, eps, exponent, gamma)."""
+    proto = rms_model(opset=17, residual=True)
+    for t in proto.graph.initializer:
+        if t.data_type == TensorProto.FLOAT:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), t.name))
+    for vi in [*proto.graph.input, *proto.graph.output]:
+        vi.type.tensor_type.elem_type = TensorProto.FLOAT16
+    original, fused, _ = run(proto, ["ort-rms-norm", "ort-skip-layer-norm"])
+    assert ops(fused) == {"com.microsoft:SkipSimplifiedLayerNormalization": 1}
+    rng = np.random.default_rng(0)
+    feeds = {"x0": rng.standard_normal((2, 3, H)).astype(np.float16), "skip": rng.standard_normal((2, 3, H)).astype(np.float16)}
+    assert_same_outputs(original, fused, feeds, atol=4e-3)  # the kernel rounds once, the chain at every op
