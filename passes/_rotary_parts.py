@@ -221,7 +221,7 @@ def check(m: Match, partial: bool, interleaved: bool = False) -> str | None:
         d = bounds[1]
         if not isinstance(qs[1], int):
             return "partial rotary needs a static number of heads (the kernel's num_heads)"
-        if facts.shapes.rank(x) != 4 or _last_axis(m.node("outer").attr("axis"), 4) is False:
+        if facts.shapes.rank(x) != 4 or not _last_axis(m.node("outer").attr("axis"), 4):
             return "the outer Concat is not on the last axis"
     else:
         d = head
@@ -235,8 +235,6 @@ def check(m: Match, partial: bool, interleaved: bool = False) -> str | None:
             return why
     elif not _last_axis(rot.attr("axis"), 4):
         return f"the rotate-half Concat is on axis {rot.attr('axis')}, not the last"
-    if interleaved:
-        pass
     elif m.node("split") is not None:
         split = m.node("split")
         sizes = _ints(g, m.get("split_sizes")) if m.get("split_sizes") else list(split.attr("split") or [])
