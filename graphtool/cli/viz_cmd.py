@@ -12,6 +12,10 @@ from graphtool.cli.diff_cmd import check_output_folder, write_output
 from graphtool.errors import UsageError
 from graphtool.render.dot import DEFAULT_MAX_NODES, infer_shapes, model_picture
 
+def _op_count(model) -> int:
+    return sum(len(graph) for graph in model.graph.walk())
+
+
 _BY_EXTENSION = {".dot": "dot", ".gv": "dot", ".svg": "svg", ".html": "html", ".htm": "html", ".png": "png"}
 
 
@@ -32,8 +36,11 @@ _BY_EXTENSION = {".dot": "dot", ".gv": "dot", ".svg": "svg", ".html": "html", ".
 @click.option("--all-attrs", is_flag=True,
               help="Show every attribute in the boxes, also those equal to their ONNX schema default (hidden by default).")
 @click.option("--names", is_flag=True, help="Show each node's name in its box (by default: on hover, in the HTML panel and search).")
+@click.option("--layers/--no-layers", "layers", default=None,
+              help="HTML: the layered page (name scopes folded into layers that open on click, laid out in "
+                   "the page; any size). Default: for models past --max-nodes ops.")
 def viz_command(model_path: str, output: str | None, fmt: str | None, around: str | None, depth: int,
-                max_nodes: int, no_shapes: bool, all_attrs: bool, names: bool) -> None:
+                max_nodes: int, no_shapes: bool, all_attrs: bool, names: bool, layers: bool | None) -> None:
     """Draw MODEL: one box per op with its op type, the attributes that differ from their
     schema default and the weights folded into it ("W 64x3x7x7"), tensor shapes on edges,
     If/Loop/Scan bodies as clusters. The HTML page is self-contained and opens readable at the
@@ -51,6 +58,21 @@ def viz_command(model_path: str, output: str | None, fmt: str | None, around: st
         raise UsageError("PNG goes to a file: add -o out.png")
     check_output_folder(output)
     model = io.load(model_path)
+    if layers is None:
+        layers = fmt == "html" and around is None and _op_count(model) > max_nodes
+    if layers:
+        if fmt != "html" or around is not None:
+            raise UsageError("--layers makes an HTML page of the whole model: use -o out.html, without --around")
+        if not no_shapes:
+            model = infer_shapes(model)
+        from graphtool.render.html import layered_page
+        from graphtool.render.layers import layered_data
+
+        data = layered_data(model, os.path.basename(model_path))
+        write_output(layered_page(data).encode("utf-8"), output)
+        if output:
+            click.echo(f"wrote {output}: {data['opCount']} ops in {len(data['layers']['kind']) - 1} layers")
+        return
     if not no_shapes:
         model = infer_shapes(model)
     picture = model_picture(model, around=around, depth=depth, max_nodes=max_nodes, all_attrs=all_attrs,

@@ -45,7 +45,7 @@ def _asset(name: str) -> str:
 
 def _json_for_script(value: Any) -> str:
     """JSON that cannot end its <script> element or open markup inside it."""
-    text = json.dumps(value, ensure_ascii=False, default=str)
+    text = json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
     for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
         text = text.replace(ch, esc)
     return text
@@ -127,6 +127,34 @@ def page(picture: Picture, heading: str | None = None) -> str:
         f'<aside><h2>Details</h2><div id="details"><p class="hint">{hint}</p></div>'
         f'{_groups_list(picture.groups)}<div id="changes">{_changes_table(picture.rows)}</div></aside></main>\n'
         f'<script type="application/json" id="gt-data">{data}</script>\n'
+        f"<script>{script}</script>\n</body></html>\n"
+    )
+
+
+def layered_page(data: dict[str, Any], notes: list[str] | None = None) -> str:
+    """The layered page (``render.layers``): a model of any size, folded into layers that open
+    on click and are laid out in the page when first shown; search over every op and value."""
+    script, style = _asset("layers.js"), _asset("page.css")
+    title = data.get("title") or "graphtool"
+    csp = f"default-src 'none'; script-src '{_csp_hash(script)}'; style-src 'unsafe-inline'; img-src data:"
+    note = " · ".join(notes or [])
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
+        f"<title>{html.escape(title)}</title><style>{style}</style></head>\n<body>"
+        f"<header><h1>{html.escape(title)}</h1><span class=\"notes\">{html.escape(note)}</span>"
+        '<div class="tools"><input id="search" type="search" autocomplete="off" spellcheck="false" '
+        'placeholder="Search op, name, value" aria-label="search"><ul id="results"></ul>'
+        '<span id="hits"></span>'
+        '<button id="zoom-out" type="button" title="zoom out (-)">−</button>'
+        '<button id="zoom-in" type="button" title="zoom in (+)">+</button>'
+        '<button id="fit" type="button" title="fit (f)">fit</button>'
+        '<span class="keys"><kbd>/</kbd> search <kbd>f</kbd> fit <kbd>+</kbd><kbd>-</kbd> or <kbd>ctrl</kbd>+wheel zoom</span></div>'
+        "</header>\n"
+        '<main><div id="view" class="layers"></div><div id="overview" title="overview: click or drag to move">'
+        '<canvas></canvas><div id="frame"></div></div>\n'
+        '<aside><h2>Details</h2><div id="details"></div></aside></main>\n'
+        f'<script type="application/json" id="gt-data">{_json_for_script(data)}</script>\n'
         f"<script>{script}</script>\n</body></html>\n"
     )
 

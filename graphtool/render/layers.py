@@ -1,0 +1,381 @@
+"""The data of the layered page (``render.html.layered_page``): every op and value of a model of
+any size, folded into a hierarchy of layers the page expands on click and lays out itself.
+
+Layers come from where the exporter put each op: name scopes (``/model.1/conv/Conv``,
+``/encoder/layer.3/attention/...``), torch dynamo's ``pkg.torch.onnx.name_scopes`` metadata,
+an If/Loop/Scan op holding its bodies, and — where a layer still holds more than ``MAX_ITEMS``
+items (a flat chain of a million ops) — runs of consecutive items in topological order. A
+scope with one child and nothing else is merged into it (``model/layers.0`` is one step).
+
+Ops are numbered so that every layer's ops are one contiguous range (its own ops first, then its
+children's), so the page finds a layer's edges by scanning one range. Columns, not objects: a
+million ops are a handful of flat arrays of numbers and strings (strings through one table).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from graphtool.ir.graph import Graph, constant_node_value
+from graphtool.ir.model import Model
+from graphtool.ir.tensor import dtype_name
+from graphtool.render.schemas import Schemas
+from graphtool.render.text import attr_text, cut, shape_text, small_value
+
+MAX_ITEMS = 40  # items (ops and sub-layers) a layer shows when expanded; more become runs
+
+# Netron's colours for op categories (its grapher.css: layer, activation, pool, normalization ...)
+CATEGORY_COLORS = {
+    "layer": "#335588", "activation": "#70291f", "pool": "#335533", "normalization": "#335544",
+    "dropout": "#454770", "shape": "#6c4f47", "tensor": "#59423b", "transform": "#335544",
+    "data": "#555555", "quantization": "#502800", "control": "#7a4b9c", "attention": "#1f5f7a",
+    "io": "#2e7d32", "output": "#b26a00", "other": "#666666",
+}
+_CATEGORIES = {
+    "layer": "Conv ConvTranspose ConvInteger Gemm MatMul MatMulInteger QLinearConv QLinearMatMul Einsum "
+             "FusedConv FusedGemm FusedMatMul MatMulNBits Attention MultiHeadAttention GroupQueryAttention "
+             "LSTM GRU RNN Embedding EmbedLayerNormalization",
+    "activation": "Relu LeakyRelu PRelu Sigmoid Tanh Elu Selu Celu Gelu FastGelu BiasGelu QuickGelu Softmax "
+                  "LogSoftmax Softplus Softsign HardSigmoid HardSwish Mish ThresholdedRelu Erf SiLU",
+    "pool": "MaxPool AveragePool GlobalAveragePool GlobalMaxPool LpPool GlobalLpPool MaxRoiPool RoiAlign "
+            "MaxUnpool",
+    "normalization": "BatchNormalization LayerNormalization InstanceNormalization GroupNormalization "
+                     "LpNormalization LRN SimplifiedLayerNormalization SkipLayerNormalization "
+                     "SkipSimplifiedLayerNormalization RMSNormalization MeanVarianceNormalization",
+    "dropout": "Dropout",
+    "shape": "Reshape Flatten Squeeze Unsqueeze Shape Size Expand",
+    "tensor": "Concat Split Slice Gather GatherElements GatherND Transpose Pad Tile Resize Upsample "
+              "ScatterND ScatterElements Scatter DepthToSpace SpaceToDepth Where NonZero TopK Range "
+              "ConstantOfShape Trilu",
+    "quantization": "QuantizeLinear DequantizeLinear DynamicQuantizeLinear",
+    "control": "If Loop Scan",
+    "attention": "RotaryEmbedding",
+    "data": "Constant Identity Cast CastLike",
+}
+CATEGORY = {op: cat for cat, ops in _CATEGORIES.items() for op in ops.split()}
+
+
+def category(op_type: str) -> str:
+    return CATEGORY.get(op_type, "other")
+
+
+class _Layer:
+    __slots__ = ("label", "full", "kind", "children", "direct", "parent", "first", "index", "lo", "mid", "hi")
+
+    def __init__(self, label: str, full: str, kind: str, parent: "_Layer | None"):
+        self.label, self.full, self.kind, self.parent = label, full, kind, parent
+        self.children: dict[Any, _Layer] = {}
+        self.direct: list[int] = []  # provisional op numbers (visit order)
+        self.first = 1 << 62  # the earliest op (visit order) anywhere inside: children sort by it
+        self.index = self.lo = self.mid = self.hi = 0
+
+    def child(self, key: Any, label: str, full: str, kind: str) -> "_Layer":
+        layer = self.children.get(key)
+        if layer is None:
+            layer = self.children[key] = _Layer(label, full, kind, self)
+        return layer
+
+
+def _scopes(record: Any) -> list[tuple[str, str]]:
+    """(label, full name) of each scope an op sits in, outermost first."""
+    name = record.name
+    if "/" in name:
+        parts = [p for p in name.split("/")[:-1] if p]
+        return [(p, "/" + "/".join(parts[: k + 1])) for k, p in enumerate(parts)]
+    template = record.template
+    if isinstance(template, bytes) and b"pkg.torch.onnx.name_scopes" in template:
+        from onnx import NodeProto
+
+        template = NodeProto.FromString(template)
+    if template is not None and not isinstance(template, bytes):
+        for prop in template.metadata_props:
+            if prop.key == "pkg.torch.onnx.name_scopes":
+                try:
+                    scopes = [s for s in ast.literal_eval(prop.value) if isinstance(s, str) and s][:-1]
+                except (ValueError, SyntaxError):
+                    return []
+                out = []
+                for k, full in enumerate(scopes):
+                    prev = scopes[k - 1] if k else ""
+                    label = full[len(prev) + 1:] if prev and full.startswith(prev + ".") else full
+                    out.append((label, full))
+                return out
+    return []
+
+
+class LayeredData:
+    """Builds the page data of one model (``layered_data``)."""
+
+    def __init__(self, model: Model):
+        self.model = model
+        self.schemas = Schemas(model.opset_imports)
+        self.strings: dict[str, int] = {"": 0}
+        self.string_list: list[str] = [""]
+        self.ops: dict[str, int] = {}
+        # per op, in visit order
+        self.op: list[int] = []
+        self.name: list[int] = []
+        self.layer: list[_Layer] = []
+        self.ins: list[list[int]] = []
+        self.outs: list[list[int]] = []
+        self.sub: list[int] = []
+        self.attrs: list[int] = []
+        # per value
+        self.v_name: list[int] = []
+        self.v_type: list[int] = []
+        self.v_prod: list[int] = []
+        self.v_const: list[int] = []
+        self.value_ids: dict[tuple[int, str], int] = {}
+        self.root = _Layer(model.graph.name or "graph", "", "root", None)
+        self.graph_io: list[dict[str, Any]] = []
+
+    def s(self, text: str) -> int:
+        index = self.strings.get(text)
+        if index is None:
+            index = self.strings[text] = len(self.string_list)
+            self.string_list.append(text)
+        return index
+
+    # -- values
+
+    def _owner(self, graph: Graph, value: str) -> Graph:
+        g: Graph | None = graph
+        while g is not None:
+            if value in g._node or value in g.initializers or value in g.inputs:
+                if g.parent is None or not g.is_free(value) or value in g.initializers:
+                    return g
+            g = g.parent
+        return graph
+
+    def _value(self, graph: Graph, value: str) -> int:
+        owner = self._owner(graph, value)
+        key = (id(owner), value)
+        vid = self.value_ids.get(key)
+        if vid is None:
+            vid = self.value_ids[key] = len(self.v_name)
+            self.v_name.append(self.s(value))
+            self.v_type.append(self.s(self._type(owner, value)))
+            self.v_prod.append(-1)
+            const = 0
+            if value in owner.initializers:
+                const = 1
+            else:
+                producer = owner.producer(value)
+                if producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx"):
+                    const = 1
+            self.v_const.append(const)
+        return vid
+
+    @staticmethod
+    def _type(graph: Graph, value: str) -> str:
+        if value in graph.initializers:
+            t = graph.initializers[value]
+            return " ".join(x for x in (dtype_name(t.data_type), shape_text(list(t.dims)) or "") if x)
+        dtype, shape = graph.dtype(value), graph.shape(value)
+        return " ".join(x for x in (dtype_name(dtype) if dtype else "", shape_text(shape) or "") if x)
+
+    # -- ops
+
+    def _add(self, op: str, name: str, layer: _Layer, ins: list[int], outs: list[int], sub: str = "",
+             attrs: str = "") -> int:
+        k = len(self.op)
+        index = self.ops.get(op)
+        if index is None:
+            index = self.ops[op] = len(self.ops)
+        self.op.append(index)
+        self.name.append(self.s(name))
+        self.layer.append(layer)
+        self.ins.append(ins)
+        self.outs.append(outs)
+        self.sub.append(self.s(sub) if sub else 0)
+        self.attrs.append(self.s(attrs) if attrs else 0)
+        layer.direct.append(k)
+        for vid in outs:
+            self.v_prod[vid] = k
+        return k
+
+    def _walk(self, graph: Graph, base: _Layer, main: bool) -> None:
+        data = graph._node
+        for value in graph.inputs:
+            if value in graph.initializers:
+                continue
+            vid = self._value(graph, value)
+            k = self._add("input", value, base, [], [vid])
+            if main:
+                self.graph_io.append({"kind": "input", "op": k})
+        for i in graph.topological_ids():
+            record = data[i]
+            if record.op_type == "Constant" and record.domain in ("", "ai.onnx") and \
+                    not any(graph.is_output(v) for v in record.io[record.n_in:]):
+                continue  # folded into its readers, as in the small picture
+            layer = base
+            for label, full in _scopes(record):
+                layer = layer.child(full, label, full, "scope")
+            node = graph.node(i)
+            subs = node.subgraphs() if i in graph._owners else []
+            if subs:
+                layer = layer.child(("op", id(graph), i), f"{record.op_type} {record.name}".strip(),
+                                    record.name, "op")
+            ins = [self._value(graph, v) if v else -1 for v in record.io[: record.n_in]]
+            outs = [self._value(graph, v) for v in record.io[record.n_in:] if v]
+            sub, attrs = self._texts(graph, node, record, ins)
+            op = record.op_type if record.domain in ("", "ai.onnx") else f"{record.domain}::{record.op_type}"
+            self._add(op, record.name, layer, ins, outs, sub, attrs)
+            for key, value in (node.attrs.items() if subs else ()):
+                bodies = value if isinstance(value, list) else [value]
+                for b, body in enumerate(bodies):
+                    if not isinstance(body, Graph):
+                        continue
+                    label = key if len(bodies) == 1 else f"{key}[{b}]"
+                    self._walk(body, layer.child(("body", key, b), label, f"{record.name} · {label}", "body"),
+                               False)
+        for value in graph.outputs:
+            vid = self._value(graph, value)
+            k = self._add("output", value, base, [vid], [])
+            if main:
+                self.graph_io.append({"kind": "output", "op": k})
+
+    def _texts(self, graph: Graph, node: Any, record: Any, ins: list[int]) -> tuple[str, str]:
+        """(the box's second line: weights folded in and non-default attributes; every attribute)."""
+        lines: list[str] = []
+        for slot, vid in enumerate(ins):
+            if vid >= 0 and self.v_const[vid]:
+                value = record.io[slot]
+                tiny = None
+                owner = self._owner(graph, value)
+                if value not in owner.initializers:
+                    producer = owner.producer(value)
+                    array = constant_node_value(producer) if producer is not None else None
+                    if array is not None and array.size <= 8:
+                        tiny = small_value(array)
+                elif owner.initializers[value].size <= 8 and owner.initializers[value].external is None:
+                    tiny = small_value(owner.initializers[value].numpy())
+                slot_name = self.schemas.slot_name(node, slot)
+                typed = self.string_list[self.v_type[vid]]
+                shape = typed.split(" ", 1)[-1] if typed else "?"
+                lines.append(f"{slot_name} = {tiny}" if tiny is not None else f"{slot_name} {shape}")
+        texts = []
+        if record.template is not None or record._attrs:
+            for key, value in node.attrs.items():
+                if isinstance(value, Graph) or (isinstance(value, list) and value and isinstance(value[0], Graph)):
+                    continue
+                text = attr_text(key, value)
+                texts.append(f"{key} = {cut(text, 200)}")
+                if len(lines) < 4 and not self.schemas.is_default(node, key, value):
+                    lines.append(f"{key}={cut(text, 28)}")
+        return " · ".join(lines[:3]), "\n".join(texts)
+
+    # -- layers
+
+    def _merge_and_split(self, layer: _Layer) -> None:
+        for child in list(layer.children.values()):
+            self._merge_and_split(child)
+        # a scope whose only content is one scope: one step (model/layers.0)
+        while (layer.kind == "scope" and not layer.direct and len(layer.children) == 1
+               and next(iter(layer.children.values())).kind == "scope"):
+            only = next(iter(layer.children.values()))
+            layer.label = f"{layer.label}/{only.label}"
+            layer.full = only.full
+            layer.direct, layer.children = only.direct, only.children
+            for c in layer.children.values():
+                c.parent = layer
+        first = min((c.first for c in layer.children.values()), default=1 << 62)
+        layer.first = min(first, layer.direct[0] if layer.direct else 1 << 62)
+        items: list[Any] = sorted(list(layer.children.values()) + layer.direct,
+                                  key=lambda x: x.first if isinstance(x, _Layer) else x)
+        level = 0
+        while len(items) > MAX_ITEMS:
+            level += 1
+            runs = []
+            step = MAX_ITEMS
+            for k in range(0, len(items), step):
+                part = items[k: k + step]
+                run = _Layer("", "", "run", layer)
+                for x in part:
+                    if isinstance(x, _Layer):
+                        run.children[id(x)] = x
+                        x.parent = run
+                    else:
+                        run.direct.append(x)
+                        self.layer[x] = run
+                run.first = part[0].first if isinstance(part[0], _Layer) else part[0]
+                run.label = f"{self._item_label(part[0])} … {self._item_label(part[-1])}"
+                runs.append(run)
+            items = runs
+        if level:
+            layer.children = {id(r): r for r in items}
+            layer.direct = []
+
+    def _item_label(self, item: Any) -> str:
+        if isinstance(item, _Layer):
+            return item.label.split(" … ")[0] if item.kind == "run" else item.label
+        name = self.string_list[self.name[item]]
+        return cut(name or self._op_name(item), 40)
+
+    def _op_name(self, k: int) -> str:
+        return next(op for op, index in self.ops.items() if index == self.op[k])
+
+    def build(self, title: str) -> dict[str, Any]:
+        self._walk(self.model.graph, self.root, True)
+        self._merge_and_split(self.root)
+        # number the layers depth first; each layer's ops: its own, then its children's
+        order: list[int] = []
+        layers: list[_Layer] = []
+
+        def number(layer: _Layer) -> None:
+            layer.index = len(layers)
+            layers.append(layer)
+            layer.lo = len(order)
+            for k in layer.direct:
+                self.layer[k] = layer
+            order.extend(layer.direct)
+            layer.mid = len(order)
+            for child in sorted(layer.children.values(), key=lambda c: c.first):
+                number(child)
+            layer.hi = len(order)
+
+        number(self.root)
+        position = [0] * len(order)
+        for new, old in enumerate(order):
+            position[old] = new
+        ins_flat: list[int] = []
+        ins_off = [0]
+        outs_flat: list[int] = []
+        outs_off = [0]
+        for old in order:
+            ins_flat.extend(self.ins[old])
+            ins_off.append(len(ins_flat))
+            outs_flat.extend(self.outs[old])
+            outs_off.append(len(outs_flat))
+        op_names = list(self.ops)
+        strings = self.string_list
+        return {
+            "title": title,
+            "strings": strings,
+            "ops": op_names,
+            "cats": [category(op.split("::")[-1]) if op not in ("input", "output") else
+                     ("io" if op == "input" else "output") for op in op_names],
+            "colors": CATEGORY_COLORS,
+            "op": [self.op[o] for o in order],
+            "name": [self.name[o] for o in order],
+            "sub": [self.sub[o] for o in order],
+            "attrs": [self.attrs[o] for o in order],
+            "insOff": ins_off, "ins": ins_flat, "outsOff": outs_off, "outs": outs_flat,
+            "vName": self.v_name, "vType": self.v_type,
+            "vProd": [position[p] if p >= 0 else -1 for p in self.v_prod], "vConst": self.v_const,
+            "layers": {
+                "label": [x.label for x in layers],
+                "full": [x.full for x in layers],
+                "kind": [x.kind for x in layers],
+                "parent": [x.parent.index if x.parent is not None else -1 for x in layers],
+                "lo": [x.lo for x in layers], "mid": [x.mid for x in layers], "hi": [x.hi for x in layers],
+            },
+            "graphIo": [dict(io, op=position[io["op"]]) for io in self.graph_io],
+            "opCount": sum(1 for o in self.op if op_names[o] not in ("input", "output")),
+        }
+
+
+def layered_data(model: Model, title: str) -> dict[str, Any]:
+    """The layered page's data for ``model`` (see the module docstring)."""
+    return LayeredData(model).build(title)
