@@ -38,6 +38,7 @@
     while (l >= 0 && L.parent[l] !== g) { l = L.parent[l]; }
     return l < 0 ? null : "l" + l;
   }
+  function fullType(v) { return S[D.vFull[v] || D.vType[v]]; }
   function shortType(v) { var t = S[D.vType[v]]; var i = t.indexOf(" "); return i < 0 ? t : t.slice(i + 1); }
 
   // ------------------------------------------------------------------ measuring text
@@ -312,7 +313,7 @@
         d += "C" + (q[0] + ox) + "," + my + " " + x + "," + my + " " + x + "," + y;
       });
       var path = mk("path", {d: d, "class": "edge", "marker-end": "url(#arrow)"}, eg);
-      mk("title", {}, path).textContent = S[D.vName[e.v]] + "  " + S[D.vType[e.v]];
+      mk("title", {}, path).textContent = S[D.vName[e.v]] + "  " + fullType(e.v);
     });
     Object.keys(lay.pos).forEach(function (item) {
       var b = lay.pos[item], x = ox + b.x, y = oy + b.y, id = +item.slice(1);
@@ -331,8 +332,10 @@
         gEl = mk("g", {"class": "node" + (io ? " io" : ""), id: item, "data-node": id}, parent);
         mk("rect", {x: x, y: y, width: b.w, height: b.h, rx: io ? b.h / 2 : 4, fill: color}, gEl);
         textLines(gEl, s.lines, x + 8, y);
-        var nm = S[D.name[id]];
-        mk("title", {}, gEl).textContent = opName(id) + (nm ? "  " + nm : "");
+        var nm = S[D.name[id]], tip = [opName(id) + (nm ? "  " + nm : "")];
+        for (var j = D.outsOff[id]; j < D.outsOff[id + 1]; j++) { tip.push("→ " + S[D.vName[D.outs[j]]] + "  " + fullType(D.outs[j])); }
+        if (io) { var iv = opName(id) === "input" ? D.outs[D.outsOff[id]] : D.ins[D.insOff[id]]; tip.push(fullType(iv)); }
+        mk("title", {}, gEl).textContent = tip.join("\n");
       }
     });
   }
@@ -481,10 +484,13 @@
     }
     redraw();
     var first = D.graphIo.length ? D.graphIo[0].op : 0, b = placed["n" + first];
-    var z = size(), s = Math.max(Math.min(fitScale(), 1.5), Math.min(1.2, READABLE / 10));
+    var z = size(), s = Math.min(1.2, READABLE / 10);
     if (fitScale() >= READABLE / 12) { fit(); return; }
     if (!b) { b = {x: 0, y: 0, w: 0, h: 0}; }
-    setView(s, Math.max(z.w / 2 / s, Math.min(world.w - z.w / 2 / s, b.x + b.w / 2)), b.y - 20 + z.h / 2 / s);
+    // at the readable zoom, the first input near the top; the graph's left edge never cut off
+    var half = z.w / 2 / s, cx = world.w / 2;
+    if (world.w * s > z.w) { cx = b.x + b.w + 20 < 2 * half ? half - 10 : Math.min(world.w - half + 10, b.x + b.w / 2); }
+    setView(s, cx, Math.max(-10, b.y - 60) + z.h / 2 / s);
   }
 
   // ------------------------------------------------------------------ the details panel
@@ -510,7 +516,7 @@
     box.appendChild(el("div", S[D.vName[v]]));
     var t = S[D.vType[v]];
     if (t || D.vConst[v]) { box.appendChild(el("div", (D.vConst[v] ? "constant " : "") + t, "stats")); }
-    box.title = S[D.vName[v]] + "  " + t;
+    box.title = S[D.vName[v]] + "  " + fullType(v);
     return box;
   }
   function path(l) {
@@ -684,5 +690,6 @@
     reveal: reveal, toggle: toggle, placed: function () { return placed; }, layout: layout,
     find: function (name) { for (var k = 0; k < N; k++) { if (S[D.name[k]] === name) { return k; } } return -1; },
     count: N, layers: NL};
-  requestAnimationFrame(function () { document.body.setAttribute("data-ready", String(Math.round(performance.now()))); });
+  // ready: after the first frame with the picture was painted (a task queued from the frame's callback)
+  requestAnimationFrame(function () { setTimeout(function () { document.body.setAttribute("data-ready", String(Math.round(performance.now()))); }, 0); });
 })();

@@ -23,7 +23,7 @@ from graphtool.ir.tensor import dtype_name
 from graphtool.render.schemas import Schemas
 from graphtool.render.text import attr_text, cut, shape_text, small_value
 
-MAX_ITEMS = 40  # items (ops and sub-layers) a layer shows when expanded; more become runs
+MAX_ITEMS = 80  # items (ops and sub-layers) a layer shows when expanded; more become runs
 
 # Netron's colours for op categories (its grapher.css: layer, activation, pool, normalization ...)
 CATEGORY_COLORS = {
@@ -124,6 +124,7 @@ class LayeredData:
         # per value
         self.v_name: list[int] = []
         self.v_type: list[int] = []
+        self.v_full: list[int] = []  # the type with symbolic dims unshortened (0: the same)
         self.v_prod: list[int] = []
         self.v_const: list[int] = []
         self.value_ids: dict[tuple[int, str], int] = {}
@@ -155,7 +156,9 @@ class LayeredData:
         if vid is None:
             vid = self.value_ids[key] = len(self.v_name)
             self.v_name.append(self.s(value))
-            self.v_type.append(self.s(self._type(owner, value)))
+            short, full = self._type(owner, value), self._type(owner, value, True)
+            self.v_type.append(self.s(short))
+            self.v_full.append(self.s(full) if full != short else 0)
             self.v_prod.append(-1)
             const = 0
             if value in owner.initializers:
@@ -168,12 +171,12 @@ class LayeredData:
         return vid
 
     @staticmethod
-    def _type(graph: Graph, value: str) -> str:
+    def _type(graph: Graph, value: str, full: bool = False) -> str:
         if value in graph.initializers:
             t = graph.initializers[value]
             return " ".join(x for x in (dtype_name(t.data_type), shape_text(list(t.dims)) or "") if x)
         dtype, shape = graph.dtype(value), graph.shape(value)
-        return " ".join(x for x in (dtype_name(dtype) if dtype else "", shape_text(shape) or "") if x)
+        return " ".join(x for x in (dtype_name(dtype) if dtype else "", shape_text(shape, full) or "") if x)
 
     # -- ops
 
@@ -268,6 +271,59 @@ class LayeredData:
 
     # -- layers
 
+    def _place_io(self) -> None:
+        """A graph input sits in the innermost layer holding all its readers, an output beside its
+        producer (a KV cache's 64 inputs land in their 32 layers, not in one row at the top)."""
+        ops = list(self.ops)
+        pseudo_in = {k for k, o in enumerate(self.op) if ops[o] == "input"}
+        readers: dict[int, list[_Layer]] = {}
+        for k, ins in enumerate(self.ins):
+            for vid in ins:
+                if vid >= 0:
+                    p = self.v_prod[vid]
+                    if p in pseudo_in:
+                        readers.setdefault(p, []).append(self.layer[k])
+        moves: list[tuple[int, _Layer]] = []
+        for k, layers in readers.items():
+            base = self.layer[k]
+            chains = []
+            for layer in layers:
+                chain = []
+                while layer is not None:
+                    chain.append(layer)
+                    if layer is base:
+                        break
+                    layer = layer.parent
+                chains.append(chain[::-1])
+            common = base
+            for depth in range(1, min(len(c) for c in chains)):
+                if all(c[depth] is chains[0][depth] for c in chains) and chains[0][depth].kind != "op":
+                    common = chains[0][depth]
+                else:
+                    break
+            moves.append((k, common))
+        for k, o in enumerate(self.op):
+            if ops[o] == "output" and self.ins[k] and self.ins[k][0] >= 0:
+                p = self.v_prod[self.ins[k][0]]
+                if p >= 0 and self.layer[p].kind != "op" and self.layer[p] is not self.layer[k] and \
+                        self._inside(self.layer[p], self.layer[k]):
+                    moves.append((k, self.layer[p]))
+        for k, layer in moves:
+            if layer is self.layer[k]:
+                continue
+            self.layer[k].direct.remove(k)
+            layer.direct.append(k)
+            layer.direct.sort()
+            self.layer[k] = layer
+
+    @staticmethod
+    def _inside(layer: _Layer, outer: _Layer) -> bool:
+        while layer is not None:
+            if layer is outer:
+                return True
+            layer = layer.parent
+        return False
+
     def _merge_and_split(self, layer: _Layer) -> None:
         for child in list(layer.children.values()):
             self._merge_and_split(child)
@@ -288,7 +344,8 @@ class LayeredData:
         while len(items) > MAX_ITEMS:
             level += 1
             runs = []
-            step = MAX_ITEMS
+            count = -(-len(items) // MAX_ITEMS)
+            step = -(-len(items) // count)  # equal runs: 81 items are two runs of 41 and 40
             for k in range(0, len(items), step):
                 part = items[k: k + step]
                 run = _Layer("", "", "run", layer)
@@ -310,14 +367,15 @@ class LayeredData:
     def _item_label(self, item: Any) -> str:
         if isinstance(item, _Layer):
             return item.label.split(" … ")[0] if item.kind == "run" else item.label
-        name = self.string_list[self.name[item]]
-        return cut(name or self._op_name(item), 40)
+        name = self.string_list[self.name[item]].rstrip("/").rsplit("/", 1)[-1]
+        return cut(name or self._op_name(item), 32)
 
     def _op_name(self, k: int) -> str:
         return next(op for op, index in self.ops.items() if index == self.op[k])
 
     def build(self, title: str) -> dict[str, Any]:
         self._walk(self.model.graph, self.root, True)
+        self._place_io()
         self._merge_and_split(self.root)
         # number the layers depth first; each layer's ops: its own, then its children's
         order: list[int] = []
@@ -362,7 +420,7 @@ class LayeredData:
             "sub": [self.sub[o] for o in order],
             "attrs": [self.attrs[o] for o in order],
             "insOff": ins_off, "ins": ins_flat, "outsOff": outs_off, "outs": outs_flat,
-            "vName": self.v_name, "vType": self.v_type,
+            "vName": self.v_name, "vType": self.v_type, "vFull": self.v_full,
             "vProd": [position[p] if p >= 0 else -1 for p in self.v_prod], "vConst": self.v_const,
             "layers": {
                 "label": [x.label for x in layers],

@@ -74,15 +74,43 @@ def xml_text(text: str) -> str:
     return html.escape(clean_text(text), quote=False)
 
 
-def shape_text(shape: list[Any] | tuple[Any, ...] | None) -> str | None:
-    """``64x3x7x7``, ``[64]`` or ``scalar``; None when the rank is unknown."""
+# Symbolic dims as people say them (``batch×3×H×W``); the full names stay in hover text and panels.
+_SHORT_DIMS = {
+    "batch_size": "batch", "batch": "batch", "n": "N", "sequence_length": "seq", "seq_len": "seq",
+    "sequence": "seq", "height": "H", "width": "W", "channels": "C", "num_channels": "C",
+    "past_sequence_length": "past", "past_seq_len": "past", "total_sequence_length": "total",
+    "total_seq_len": "total", "encoder_sequence_length": "enc_seq", "decoder_sequence_length": "dec_seq",
+    "num_heads": "heads", "max_length": "max_len",
+}
+SHORT_DIM = 10  # characters a symbolic dim keeps before it is cut
+
+
+def short_dim(name: str) -> str:
+    """``height`` -> ``H``, ``p2o.DynamicDimension.3`` -> ``d3``, ``unk__1023`` -> ``?1023``; other
+    long names keep their last dotted part, cut to ``SHORT_DIM`` characters."""
+    short = _SHORT_DIMS.get(name) or _SHORT_DIMS.get(name.lower())
+    if short:
+        return short
+    m = re.fullmatch(r"(?:p2o\.)?DynamicDimension\.(\d+)", name) or re.fullmatch(r"unk__(\d+)", name)
+    if m:
+        return ("?" if name.startswith("unk") else "d") + m.group(1)
+    if len(name) <= SHORT_DIM:
+        return name
+    last = re.split(r"[./:]", name)[-1] or name
+    return cut(last, SHORT_DIM)
+
+
+def shape_text(shape: list[Any] | tuple[Any, ...] | None, full: bool = False) -> str | None:
+    """``64×3×7×7``, ``batch×3×H×W``, ``[64]`` or ``scalar``; None when the rank is unknown.
+    Symbolic dims are shortened (``short_dim``) unless ``full``."""
     if shape is None:
         return None
-    if len(shape) == 0:
+    dims = ["?" if d is None else (d if full or not isinstance(d, str) else short_dim(d)) for d in shape]
+    if len(dims) == 0:
         return "scalar"
-    if len(shape) == 1:
-        return f"[{'?' if shape[0] is None else shape[0]}]"
-    return "x".join("?" if d is None else str(d) for d in shape)
+    if len(dims) == 1:
+        return f"[{dims[0]}]"
+    return "×".join(str(d) for d in dims)
 
 
 def attr_text(key: str, value: Any) -> str:
@@ -95,7 +123,7 @@ def attr_text(key: str, value: Any) -> str:
         return f"{value:g}"
     if isinstance(value, list):
         if key in _SHAPE_ATTRS and value and all(isinstance(v, int) for v in value):
-            return "x".join(map(str, value))
+            return "×".join(map(str, value))
         return "[" + ",".join(attr_text(key, v) for v in value) + "]"
     if isinstance(value, TensorProto):
         if math.prod(value.dims) <= 4 and value.data_type != TensorProto.STRING:

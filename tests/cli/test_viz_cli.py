@@ -12,7 +12,7 @@ DENSENET = light_model("densenet121")
 def test_dot_to_stdout(run_cli):
     r = run_cli("viz", f"{FIXTURES}/conv_bn.onnx")
     assert r.exit_code == 0, r.stderr
-    assert r.stdout.startswith("digraph") and "W 8x3x3x3" in r.stdout
+    assert r.stdout.startswith("digraph") and "W 8×3×3×3" in r.stdout
 
 
 def test_files_by_extension(run_cli, tmp_path):

@@ -70,18 +70,18 @@ def test_initializers_fold_into_their_consumer_and_edges_carry_shapes():
     picture = model_picture(infer_shapes(io.load(f"{FIXTURES}/conv_bn.onnx")))
     source = picture.source
     assert picture.shown == picture.total == 6  # 12 initializers, none drawn as a node
-    assert "W 8x3x3x3" in source and "B [8]" in source
+    assert "W 8×3×3×3" in source and "B [8]" in source
     assert "pads=[1,1,1,1]" in source
-    assert 'xlabel=<Nx8x16x16>' in source  # shapes on edges (from shape inference)
+    assert 'xlabel=<N×8×16×16>' in source  # shapes on edges (from shape inference)
     texts, _ = _svg_texts(picture.svg())
-    assert "W 8x3x3x3" in texts
+    assert "W 8×3×3×3" in texts
 
 
 def test_key_attributes_and_small_constants_in_labels():
     picture = model_picture(io.load(light_model("resnet50")))
-    assert "kernel_shape=7x7" in picture.source and "strides=2x2" in picture.source
+    assert "kernel_shape=7×7" in picture.source and "strides=2×2" in picture.source
     labels = {info["op_type"]: info for info in picture.info.values() if "op_type" in info}
-    assert labels["Conv"]["attributes"]["kernel_shape"] in ("1x1", "3x3", "7x7")
+    assert labels["Conv"]["attributes"]["kernel_shape"] in ("1×1", "3×3", "7×7")
     assert picture.shown == 415  # ConstantOfShape is an op here, not a constant: drawn
 
 

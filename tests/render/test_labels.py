@@ -36,22 +36,22 @@ def test_defaults_are_hidden_and_all_attrs_shows_them():
                           epsilon=1.0000000656873453e-05, momentum=0.5)  # epsilon 1 ulp off 1e-5: still default
     model = _model([conv, bn], [w, *bn_params])
     source = model_picture(model).source
-    assert "kernel_shape=3x3" in source and "momentum=0.5" in source and "W 4x3x3x3" in source
+    assert "kernel_shape=3×3" in source and "momentum=0.5" in source and "W 4×3×3×3" in source
     for hidden in ("strides=", "dilations=", "pads=", "group=", "auto_pad=", "epsilon="):
         assert hidden not in source, hidden
     assert ">conv<" not in source  # Netron's default: no names in boxes
     every = model_picture(model, all_attrs=True, names=True).source
-    for shown in ("strides=1x1", "pads=[0,0,0,0]", "group=1", "auto_pad=NOTSET", "epsilon=1e-05", ">conv<"):
+    for shown in ("strides=1×1", "pads=[0,0,0,0]", "group=1", "auto_pad=NOTSET", "epsilon=1e-05", ">conv<"):
         assert shown in every, shown
     info = next(i for i in model_picture(model).info.values() if i.get("op_type") == "Conv")
     assert set(info["defaults"]) == {"strides", "dilations", "pads", "group", "auto_pad"}
-    assert info["attributes"]["strides"] == "1x1"  # the panel keeps every attribute
+    assert info["attributes"]["strides"] == "1×1"  # the panel keeps every attribute
     assert [r["slot"] for r in info["inputs"]] == ["X", "W"] and info["inputs"][1]["weight"]
 
 
 def test_resnet50_batchnorm_epsilon_is_hidden():
     source = model_picture(io.load(light_model("resnet50"))).source
-    assert "epsilon=" not in source and "kernel_shape=7x7" in source and "strides=2x2" in source
+    assert "epsilon=" not in source and "kernel_shape=7×7" in source and "strides=2×2" in source
 
 
 def test_contrib_ops_use_onnxruntime_schemas():
@@ -65,7 +65,7 @@ def test_contrib_ops_use_onnxruntime_schemas():
     assert [schemas.slot_name(node, k) for k in range(4)] == ["X", "W", "B", "Z"]
     assert schemas.is_default(node, "group", 1) and not schemas.is_default(node, "activation", "Relu")
     source = model_picture(model).source
-    assert "W 4x3x3x3" in source and "B [4]" in source and "activation=Relu" in source and "group=" not in source
+    assert "W 4×3×3×3" in source and "B [4]" in source and "activation=Relu" in source and "group=" not in source
     unknown = _model([helper.make_node("Mystery", ["x"], ["y"], domain="my.ops", strides=[1, 1], k=3)], [],
                      domains=("my.ops",))
     source = model_picture(unknown).source

@@ -69,7 +69,7 @@ def test_opens_readable_at_the_first_input(browser, densenet):
     assert min(f["px"] for f in fonts) >= 11, sorted(f["px"] for f in fonts)[:5]
     assert min(f["height"] for f in fonts) >= 11  # the laid-out glyph boxes agree
     first = picture.start[0]
-    assert picture.info[first] == {"input": "data_0", "type": "float 1x3x224x224"} and in_view(page, first)
+    assert picture.info[first] == {"input": "data_0", "type": "float 1×3×224×224"} and in_view(page, first)
     assert page.evaluate("graphtool.view().h") < page.evaluate("graphtool.home.h") / 20  # not "fit to window"
 
 
@@ -106,7 +106,7 @@ def test_clicking_a_node_fills_the_panel_with_shapes_and_weight_stats(browser, t
     conv = next(k for k, info in picture.info.items() if info.get("op_type") == "Conv")
     page.click(f"#{conv} text >> nth=0")  # a real mouse click on the box
     panel = page.text_content("#details")
-    for expected in ("Conv", "Attributes", "pads", "Inputs", "Outputs", "8x3x3x3", "min ", "max ", "mean ", "std "):
+    for expected in ("Conv", "Attributes", "pads", "Inputs", "Outputs", "8×3×3×3", "min ", "max ", "mean ", "std "):
         assert expected in panel, expected
     weight = model.graph.nodes("Conv")[0].inputs[1]
     w = model.graph.initializers[weight].numpy()
