@@ -18,9 +18,14 @@ from graphtool.ir.graph import Graph, Node
 from graphtool.ir.tensor import Tensor
 
 
-def node_changes(m: Matcher, a: Node, b: Node) -> list[dict[str, Any]]:
+def node_changes(m: Matcher, a: Node, b: Node, values: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """How matched node ``b`` differs from ``a``: op type, attributes, inputs (a constant input
-    counts by value, not name), number of outputs."""
+    counts by value, not name), number of outputs.
+
+    An input that reads the same-named value on both sides is not a change of this node even when
+    what makes the value changed (a new producer: ``Mul`` became ``QuickGelu``; a computed value
+    became a constant of the same name): that is said once, on the value, in ``values`` (value
+    name -> change), however many ops read it."""
     details: list[dict[str, Any]] = []
     ha, hb = m.ha, m.hb  # what the hashes read of each op: no look-up of the ops' records (issue 19)
     if ha.kinds[a.id] != hb.kinds[b.id]:
@@ -51,6 +56,10 @@ def node_changes(m: Matcher, a: Node, b: Node) -> list[dict[str, Any]]:
         vb = ins_b[slot] if slot < len(ins_b) else ""
         const_a = m.ga.const(va) if va else None
         const_b = m.gb.const(vb) if vb else None
+        if va and va == vb and (const_a is None or const_b is None):
+            if values is not None and vb not in values:
+                values[vb] = _value_change(m, va, const_a is not None, const_b is not None)
+            continue
         if const_a is not None and const_b is not None:
             if same_array(const_a, const_b):
                 continue  # e.g. a Constant node became an initializer: the value is what counts
@@ -63,6 +72,24 @@ def node_changes(m: Matcher, a: Node, b: Node) -> list[dict[str, Any]]:
     if ha.n_out[a.id] != hb.n_out[b.id]:
         details.append({"what": "outputs", "old": ha.n_out[a.id], "new": hb.n_out[b.id]})
     return details
+
+def _value_change(m: Matcher, value: str, const_a: bool, const_b: bool) -> dict[str, Any]:
+    """What became of a value both sides read by the same name: a new producer, or a constant."""
+    from graphtool.diff.values import describe
+
+    def maker(graph: Graph, const: bool) -> str:
+        if const:
+            return "initializer" if _initializer(graph, value) is not None else "Constant"
+        producer = graph.producer(value)
+        if producer is None:
+            return "graph input" if value in graph.inputs else "outer scope"
+        return f"{producer.op_type} {describe(producer)}"
+
+    old, new = maker(m.ga, const_a), maker(m.gb, const_b)
+    what = "became a constant" if const_b and not const_a else (
+        "no longer a constant" if const_a and not const_b else "new producer")
+    return {"what": what, "value": value, "old": old, "new": new}
+
 
 def _initializer(graph: Graph, value: str) -> Tensor | None:
     """The initializer ``value`` resolves to in ``graph`` or an enclosing scope, if any."""

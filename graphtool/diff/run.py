@@ -100,6 +100,9 @@ class GraphDiff:
     unchanged: int = 0
     graph_changes: list[dict[str, Any]] = field(default_factory=list)
     matched_by: Counter = field(default_factory=Counter)
+    # values read by the same name on both sides whose maker changed (a new producer, a constant):
+    # said once here, not as a change of each reader (``changes.node_changes``)
+    value_changes: list[dict[str, Any]] = field(default_factory=list)
 
     def count(self, change: str) -> int:
         return sum(1 for n in self.nodes if n.change == change)
@@ -115,6 +118,7 @@ class GraphDiff:
             },
             "matched_by": dict(sorted(self.matched_by.items())),
             "graph_changes": self.graph_changes,
+            "value_changes": self.value_changes,
             "nodes": [n.as_dict() for n in self.nodes],
         }
 
@@ -202,6 +206,7 @@ def diff_graphs(ga: Graph, gb: Graph, scope: str = "main", main: bool = True, pa
     nested: list[GraphDiff] = []
     position_b = m.hb.index
     placed: list[tuple[float, NodeDiff]] = []
+    values: dict[str, dict[str, Any]] = {}
     for node in m.hb.order:
         a_id = m.b2a.get(node.id)
         if a_id is None:
@@ -209,7 +214,7 @@ def diff_graphs(ga: Graph, gb: Graph, scope: str = "main", main: bool = True, pa
             nested += _owned_whole(node, scope, ADDED)
             continue
         a = ga.node(a_id)
-        details = node_changes(m, a, node)
+        details = node_changes(m, a, node, values)
         if details:
             placed.append((position_b[node.id], NodeDiff(CHANGED, scope, a, node, details)))
         else:
@@ -227,6 +232,7 @@ def diff_graphs(ga: Graph, gb: Graph, scope: str = "main", main: bool = True, pa
         nested += _owned_whole(node, scope, REMOVED)
     placed.sort(key=lambda item: item[0])
     gd.nodes = [nd for _, nd in placed]
+    gd.value_changes = list(values.values())
     return [gd, *nested]
 
 

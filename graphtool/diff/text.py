@@ -8,6 +8,8 @@ grouped the same way (``graphtool diff --all``; ``--json`` has every change as d
 
 from __future__ import annotations
 
+from collections import Counter
+
 from graphtool.diff.run import ADDED, CHANGED, REMOVED, DiffResult, NodeDiff, change_text, describe, detail_text
 from graphtool.diff.summary import CONSTANT_OPS, GRAPH, RENAMED, ChangeGroup, summarize
 from graphtool.fusion_trace import short_op
@@ -112,9 +114,16 @@ def format_diff(result: DiffResult, label_a: str = "A", label_b: str = "B", *, s
         f"{c[REMOVED]} removed, {c[ADDED]} added, {c[CHANGED]} changed, {c['unchanged']} unchanged; "
         f"{c['graph_changes']} graph-level change{'s' if c['graph_changes'] != 1 else ''}"
     )
+    values = [v for gd in result.graphs for v in gd.value_changes]
+    if values:
+        kinds = Counter(v["what"] for v in values)
+        lines.append("values read by the same name, made differently: " +
+                     ", ".join(f"{n} {what}" for what, n in sorted(kinds.items())) +
+                     " (their readers are not changes)")
     groups = summarize(result) if groups is None else groups
     if show_all:
-        return "\n".join(lines + _all_lines(groups))
+        extra = [f"  = {v['value']}: {v['what']} ({v['old']} -> {v['new']})" for v in values]
+        return "\n".join(lines + _all_lines(groups) + (["values made differently:"] + extra if extra else []))
     max_lines = max(max_lines, 12)
     lines.append("what changed, largest first (nodes: -removed +added ~changed):")
     lines += _summary_lines(groups, min(SUMMARY_GROUPS, max_lines - len(lines) - 4))
