@@ -115,18 +115,18 @@ def format_diff(result: DiffResult, label_a: str = "A", label_b: str = "B", *, s
         f"{c['graph_changes']} graph-level change{'s' if c['graph_changes'] != 1 else ''}"
     )
     values = [v for gd in result.graphs for v in gd.value_changes]
-    if values:
-        kinds = Counter(v["what"] for v in values)
-        lines.append("values read by the same name, made differently: " +
-                     ", ".join(f"{n} {what}" for what, n in sorted(kinds.items())) +
-                     " (their readers are not changes)")
     groups = summarize(result) if groups is None else groups
     if show_all:
         extra = [f"  = {v['value']}: {v['what']} ({v['old']} -> {v['new']})" for v in values]
         return "\n".join(lines + _all_lines(groups) + (["values made differently:"] + extra if extra else []))
     max_lines = max(max_lines, 12)
     lines.append("what changed, largest first (nodes: -removed +added ~changed):")
-    lines += _summary_lines(groups, min(SUMMARY_GROUPS, max_lines - len(lines) - 4))
+    lines += _summary_lines(groups, min(SUMMARY_GROUPS, max_lines - len(lines) - 5))
+    if values:
+        kinds = Counter(v["what"] for v in values)
+        lines.append(_cut("values read by the same name, made differently: " +
+                          ", ".join(f"{n} {what}" for what, n in sorted(kinds.items())) +
+                          " (not changes of their readers)"))
     room = max_lines - len(lines) - 2  # the details header and the closing hint
     details: list[str] = []
     omitted = 0

@@ -30,8 +30,10 @@ class DiffView:
         self.context = context
         self.picture = Picture(new_dot(""))
         weights = self.picture.weights
-        self.labels_a = Labels(result.a, fold_constant_nodes=False, box=box, weights=weights, prefix="wa")
-        self.labels_b = Labels(result.b, fold_constant_nodes=False, box=box, weights=weights, prefix="wb")
+        # Constant ops fold into their readers as in viz: a Constant → initializer move is not a
+        # screenful of red boxes (its group still lists them; the reader's box shows the value)
+        self.labels_a = Labels(result.a, fold_constant_nodes=True, box=box, weights=weights, prefix="wa")
+        self.labels_b = Labels(result.b, fold_constant_nodes=True, box=box, weights=weights, prefix="wb")
         self.keys: dict[int, str] = {}  # id(NodeDiff) -> element id
         c = result.counts
         legend = (
@@ -91,12 +93,15 @@ class DiffView:
                 nodes[key] = (nd.a.graph, nd.a, nd)  # type: ignore[union-attr]
             status[key] = nd.change
             self.keys[id(nd)] = key
-        edges = self._edges(gi, gd)
+        folded = {key for key, (_, node, _) in nodes.items() if self.labels_b.is_folded_node(node)}
+        if gd.b is not None:
+            folded |= {f"d{gi}b{n.id}" for n in gd.b.nodes("Constant") if self.labels_b.is_folded_node(n)}
+        edges = [e for e in self._edges(gi, gd) if e[0] not in folded and e[1] not in folded]
         adjacent: dict[str, set[str]] = {}
         for src, dst, _, _, _ in edges:
             adjacent.setdefault(src, set()).add(dst)
             adjacent.setdefault(dst, set()).add(src)
-        focus = list(status)
+        focus = [k for k in status if k not in folded]
         seen = {k: 0 for k in focus}
         queue = deque(focus)
         while queue:

@@ -455,6 +455,13 @@
   drawOverview();  // first: the strip's width decides the view's
   opening();
   if (!(data.groups || []).length) { overviewPanel(); }
+  else {  // a diff opens on its first group with a drawn node, lit and in view
+    var firstGroup = Array.prototype.filter.call(document.querySelectorAll("#groups li[data-group]"), function (li) {
+      var group = data.groups[Number(li.getAttribute("data-group"))];
+      return group && group.ids.some(function (id) { return boxes[id]; });
+    })[0];
+    if (firstGroup) { firstGroup.click(); }
+  }
   window.graphtool = {  // for tests and the bench: where the view is, the whole graph's box
     view: function () { return {x: vb.x, y: vb.y, w: vb.w, h: vb.h, scale: scale()}; },
     home: home, readableScale: readableScale, focus: focusNode};

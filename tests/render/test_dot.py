@@ -59,7 +59,7 @@ def test_hostile_names_render_as_text_in_dot_and_svg():
     assert any("line1\nline2" in t for t in titles.values())
     assert "<script" not in svg and "<img" not in svg
     # the symbolic dim and the custom op's domain survive as text
-    assert 'N<&">x4' in texts and "evil.<dom>::Evil" in texts
+    assert 'N<&">×4' in texts and "evil.<dom>::Evil" in texts
     # by default (like Netron) a box has no name: names are in the hover text, still exact
     plain_texts, plain_titles = _svg_texts(model_picture(infer_shapes(model)).svg())
     assert "quote\"name" not in plain_texts
