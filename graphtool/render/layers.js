@@ -4,7 +4,9 @@
   // (render/layers.py); layers expand on click and each expanded layer is laid out here, when it is
   // first shown (a layered layout: ranks by longest path, barycentre ordering, centred columns).
   // Model text is only ever written with textContent; the page's CSP allows this script alone.
+  var marks0 = {start: performance.now()};
   var D = JSON.parse(document.getElementById("gt-data").textContent);
+  marks0.parsed = performance.now();
   var S = D.strings, L = D.layers, N = D.op.length, NL = L.parent.length;
   var SVGNS = "http://www.w3.org/2000/svg";
   var view = document.getElementById("view"), panel = document.getElementById("details");
@@ -114,6 +116,7 @@
 
   // ------------------------------------------------------------------ layout of one layer
   var layoutCache = {};
+  function headText(g) { return "▾ " + cut(L.label[g] || "layer", 60) + "  ·  " + opCount[g] + " ops"; }
   var GAP_X = 18, GAP_Y = 30, PAD = 12, HEAD = 22;
   function itemSize(item) {
     if (item[0] === "l" && expanded[+item.slice(1)]) { var lay = layout(+item.slice(1)); return {w: lay.w, h: lay.h}; }
@@ -241,7 +244,7 @@
       y += h + GAP_Y;
     });
     var top = g === 0 ? PAD : HEAD + 6;
-    var out = {w: Math.max(maxX - minX + 2 * PAD, textWidth(L.label[g] || "", FONT_B) + 60), h: y - GAP_Y + top + PAD,
+    var out = {w: Math.max(maxX - minX + 2 * PAD, g === 0 ? 0 : textWidth(headText(g), FONT_B) + 20), h: y - GAP_Y + top + PAD,
                pos: {}, edges: []};
     var shift = PAD - minX;
     if (out.w > maxX - minX + 2 * PAD) { shift += (out.w - (maxX - minX + 2 * PAD)) / 2; }
@@ -299,7 +302,7 @@
       var head = mk("g", {"class": "head", "data-layer": g}, frame);
       mk("rect", {x: ox, y: oy, width: lay.w, height: HEAD, rx: 6}, head);
       var t = mk("text", {x: ox + 8, y: oy + 15, "font-size": 12, "font-weight": "bold"}, head);
-      t.textContent = "▾ " + (L.label[g] || "layer") + "  ·  " + opCount[g] + " ops";
+      t.textContent = headText(g);
       mk("title", {}, head).textContent = (L.full[g] || L.label[g]) + " (click to fold)";
       placed["l" + g] = {x: ox, y: oy, w: lay.w, h: lay.h};
     }
@@ -683,8 +686,12 @@
   document.getElementById("zoom-in").addEventListener("click", function () { zoomBy(1.25); });
   document.getElementById("zoom-out").addEventListener("click", function () { zoomBy(0.8); });
 
+  marks0.structure = performance.now();
   opening();
+  marks0.drawn = performance.now();
   overviewPanel();
+  marks0.panel = performance.now();
+  document.body.setAttribute("data-phases", JSON.stringify(marks0));
   window.graphtool = {  // for tests and the bench
     view: function () { return {x: vt.x, y: vt.y, s: vt.s, w: size().w / vt.s, h: size().h / vt.s}; },
     reveal: reveal, toggle: toggle, placed: function () { return placed; }, layout: layout,
