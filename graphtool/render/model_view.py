@@ -203,6 +203,9 @@ class ModelView:
                     style="filled", fillcolor=fill, color=line, id=vid)
         pic.titles[vid] = f"{kind} {value}\n{detail}"
         pic.info[vid] = {kind: value, "type": detail}
+        if graph.parent is not None:  # a body's input/output: the panel lists it under its owner
+            owner = graph.parent.node(graph.owner) if graph.owner is not None and graph.owner in graph.parent._node else None
+            pic.info[vid]["graph"] = f"{owner.op_type} {describe(owner)}" if owner is not None else (graph.name or "subgraph")
         if kind == "input" and (graph is self.focus_graph or graph is self.model.graph):
             pic.start.append(vid)  # the page opens at the first input of the drawn graph
 

@@ -64,6 +64,19 @@
     vb.y = within(cy, vb.h / 2, home.y, home.h, 24 / s) - vb.h / 2;
     apply();
   }
+  function uncut(keep) {
+    // no box cut in two by the view's left edge: move the edge left of any it crosses, as long
+    // as ``keep`` (the box the view is for) stays wholly in view
+    var start = vb.x, limit = keep ? keep.x + keep.w + 6 / scale() - vb.w : -Infinity;
+    for (var pass = 0; pass < 4; pass++) {
+      var edge = vb.x, left = edge;
+      order.forEach(function (id) { var b = boxes[id]; if (b.x < edge && b.x + b.w > edge) { left = Math.min(left, b.x - 6 / scale()); } });
+      if (left === edge) { break; }
+      if (left < limit) { vb.x = start; break; }
+      vb.x = left;
+    }
+    apply();
+  }
   function center() { return {x: vb.x + vb.w / 2, y: vb.y + vb.h / 2}; }
   // the whole graph, but a small one no larger than half again the readable zoom
   function fit() { setView(Math.min(fitScale(), readableScale * 1.5), home.x + home.w / 2, home.y + home.h / 2); }
@@ -84,6 +97,7 @@
       Math.max(home.x + w / 2, Math.min(home.x + home.w - w / 2, b.x + b.w / 2));
     var top = Math.max(home.y, b.y - 28 / s);
     setView(s, cx, top + h / 2);
+    uncut(b);
   }
   function toSvg(clientX, clientY) {
     var pt = svg.createSVGPoint();
@@ -196,9 +210,10 @@
     if (x1 === Infinity) { return; }
     var z = size(), pad = 40;
     var s = Math.min(readableScale, (z.w - 2 * pad) / (x2 - x1), (z.h - 2 * pad) / (y2 - y1));
-    if (s >= readableScale * 0.6) { setView(s, (x1 + x2) / 2, (y1 + y2) / 2); return; }
+    if (s >= readableScale * 0.6) { setView(s, (x1 + x2) / 2, (y1 + y2) / 2); uncut({x: x1, w: x2 - x1}); return; }
     var b = boxes[ids[0]];
     setView(readableScale, b.x + b.w / 2, b.y + b.h / 2);
+    uncut(b);
   }
 
   // ------------------------------------------------------------------ the details panel
@@ -329,16 +344,33 @@
     });
     panel.appendChild(el("p", "Click a node to see its attributes, inputs, outputs and weights.", "hint"));
     ios.sort(function (a, b) { return (info[a].input === undefined) - (info[b].input === undefined); });
-    if (ios.length) {
-      var t = section("Graph inputs and outputs");
-      ios.forEach(function (id) {
-        var n = info[id], kind = n.input !== undefined ? "input" : "output";
-        var tr = el("tr");
-        tr.appendChild(el("td", kind, "k"));
-        tr.appendChild(valueCell({value: n[kind], type: n.type}));
-        tr.setAttribute("data-node", id);
-        tr.addEventListener("click", function () { focusNode(id); });
-        t.appendChild(tr);
+    function ioRow(t, id) {
+      var n = info[id], kind = n.input !== undefined ? "input" : "output";
+      var tr = el("tr");
+      tr.appendChild(el("td", kind, "k"));
+      tr.appendChild(valueCell({value: n[kind], type: n.type}));
+      tr.setAttribute("data-node", id);
+      tr.addEventListener("click", function () { focusNode(id); });
+      t.appendChild(tr);
+    }
+    // the model's own inputs and outputs first; a body's under its If/Loop/Scan, folded
+    var main = ios.filter(function (id) { return !info[id].graph; });
+    if (main.length) { var t = section("Model inputs and outputs"); main.forEach(function (id) { ioRow(t, id); }); }
+    var owners = {}, ownerOrder = [];
+    ios.forEach(function (id) {
+      var g = info[id].graph;
+      if (!g) { return; }
+      if (!owners[g]) { owners[g] = []; ownerOrder.push(g); }
+      owners[g].push(id);
+    });
+    if (ownerOrder.length) {
+      panel.appendChild(el("h2", "Subgraph inputs and outputs"));
+      ownerOrder.forEach(function (g) {
+        var det = el("details"), tb = el("table");
+        det.appendChild(el("summary", g + " (" + owners[g].length + ")"));
+        owners[g].forEach(function (id) { ioRow(tb, id); });
+        det.appendChild(tb);
+        panel.appendChild(det);
       });
     }
     var names = Object.keys(ops).sort(function (a, b) { return ops[b] - ops[a] || (a < b ? -1 : 1); });

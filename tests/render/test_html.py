@@ -78,7 +78,7 @@ ALLOWED_TAGS = {
     "html", "head", "meta", "title", "style", "body", "header", "h1", "h2", "span", "button", "main", "div",
     "aside", "table", "thead", "tbody", "tr", "th", "td", "br", "small", "script", "dl", "dt", "dd",
     "svg", "g", "path", "polygon", "polyline", "ellipse", "text", "font", "b",
-    "p", "input", "kbd", "ul", "li", "canvas", "h3",  # the search box, key hints, summary groups, overview, panel
+    "p", "input", "kbd", "ul", "li", "canvas", "h3", "details", "summary",  # search, keys, groups, overview, panel
 }
 
 

@@ -184,3 +184,27 @@ def test_search_results_show_hostile_names_as_text(browser, tmp_path_factory):
     assert "<img src=x onerror=alert(2)>" in page.text_content("#details")
     assert page.evaluate("document.querySelectorAll('img').length") == 0
     assert page.errors == []
+
+
+@pytest.mark.parametrize("name", ["torch/mobilenet_ts", "hf/vit_eager_ts"])
+def test_a_level2_diff_page_opens_on_its_first_group_with_constants_folded(browser, tmp_path_factory, name):
+    """Issue 36: the page opens with the first changed group lit and in view, no Constant box
+    drawn (they fold into their readers as in viz), no node cut off at the view's left edge."""
+    from graphtool.optimize import optimize
+
+    path = f"{FIXTURES}/{name}.onnx"
+    optimized, _, _ = optimize(io.load(path), level=2)
+    result = diff(infer_shapes(io.load(path)), infer_shapes(optimized))
+    picture = diff_picture(result)
+    assert not any(info.get("op_type") == "Constant" for info in picture.info.values())
+    page = open_page(browser, _write(tmp_path_factory, name.replace("/", "_") + ".html", picture))
+    first = next(g for g in picture.groups if any(i in picture.info for i in g["ids"]))
+    lit = page.evaluate("Array.from(document.querySelectorAll('#view g.node.grp')).map(g => g.id)")
+    assert set(lit) == {i for i in first["ids"] if i in picture.info} and visible(page, lit)
+    assert first["title"] in page.text_content("#details")
+    cut = page.evaluate("""() => {
+      var v = document.getElementById('view').getBoundingClientRect();
+      return Array.from(document.querySelectorAll('#view g.node')).filter(function (g) {
+        var r = g.getBoundingClientRect(); return r.left < v.left && r.right > v.left; }).length; }""")
+    assert cut == 0
+    assert page.errors == []
