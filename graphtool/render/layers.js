@@ -8,6 +8,26 @@
   var D = JSON.parse(document.getElementById("gt-data").textContent);
   marks0.parsed = performance.now();
   var S = D.strings, L = D.layers, N = D.op.length, NL = L.parent.length;
+  (function decode() {
+    // counts -> offsets; value ids sent as steps from the largest id so far (null: no input)
+    var insOff = new Int32Array(N + 1), outsOff = new Int32Array(N + 1), ins = new Int32Array(D.ins.length),
+        outs = new Int32Array(D.outs.length), top = 0, i = 0, o = 0, k, j, v;
+    for (k = 0; k < N; k++) {
+      insOff[k] = i; outsOff[k] = o;
+      for (j = 0; j < D.nIn[k]; j++, i++) {
+        v = D.ins[i];
+        if (v === null) { ins[i] = -1; continue; }
+        ins[i] = v += top; if (v > top) { top = v; }
+      }
+      for (j = 0; j < D.nOut[k]; j++, o++) { outs[o] = v = D.outs[o] + top; if (v > top) { top = v; } }
+    }
+    insOff[N] = i; outsOff[N] = o;
+    var nv = D.vName.length, prod = new Int32Array(nv).fill(-1), isConst = new Uint8Array(nv), full = new Int32Array(nv);
+    for (k = 0; k < N; k++) { for (j = outsOff[k]; j < outsOff[k + 1]; j++) { prod[outs[j]] = k; } }
+    D.vConst.forEach(function (x) { isConst[x] = 1; });
+    D.vFull.forEach(function (p) { full[p[0]] = p[1]; });
+    D.insOff = insOff; D.outsOff = outsOff; D.ins = ins; D.outs = outs; D.vProd = prod; D.vConst = isConst; D.vFull = full;
+  })();
   var SVGNS = "http://www.w3.org/2000/svg";
   var view = document.getElementById("view"), panel = document.getElementById("details");
   var search = document.getElementById("search"), hits = document.getElementById("hits");
@@ -22,6 +42,10 @@
   var expanded = new Uint8Array(NL);
   expanded[0] = 1;
   function opName(k) { return D.ops[D.op[k]]; }
+  // a name sent as -(i + 1) is its layer's prefix (L.pre of the scope around it) + strings[i]
+  function preOf(k) { return L.pre[nodeLayer[k]]; }
+  function nodeName(k) { var i = D.name[k]; return i < 0 ? preOf(k) + S[-i - 1] : S[i]; }
+  function valueName(v) { var i = D.vName[v]; return i < 0 ? preOf(D.vProd[v]) + S[-i - 1] : S[i]; }
   function cat(k) { return D.cats[D.op[k]]; }
   function isIo(k) { var c = cat(k); return c === "io" || c === "output"; }
   function opsIn(l) {  // ops (not graph inputs/outputs) inside layer l
@@ -54,7 +78,7 @@
     var op = opName(k), lines;
     if (op === "input" || op === "output") {
       var v = op === "input" ? D.outs[D.outsOff[k]] : D.ins[D.insOff[k]];
-      lines = [[cut(S[D.name[k]], 36), FONT_B], [cut(S[D.vType[v]] || op, 40), FONT_S]];
+      lines = [[cut(nodeName(k), 36), FONT_B], [cut(S[D.vType[v]] || op, 40), FONT_S]];
       return lines;
     }
     lines = [[op, FONT_B]];
@@ -316,7 +340,7 @@
         d += "C" + (q[0] + ox) + "," + my + " " + x + "," + my + " " + x + "," + y;
       });
       var path = mk("path", {d: d, "class": "edge", "marker-end": "url(#arrow)"}, eg);
-      mk("title", {}, path).textContent = S[D.vName[e.v]] + "  " + fullType(e.v);
+      mk("title", {}, path).textContent = valueName(e.v) + "  " + fullType(e.v);
     });
     Object.keys(lay.pos).forEach(function (item) {
       var b = lay.pos[item], x = ox + b.x, y = oy + b.y, id = +item.slice(1);
@@ -335,8 +359,8 @@
         gEl = mk("g", {"class": "node" + (io ? " io" : ""), id: item, "data-node": id}, parent);
         mk("rect", {x: x, y: y, width: b.w, height: b.h, rx: io ? b.h / 2 : 4, fill: color}, gEl);
         textLines(gEl, s.lines, x + 8, y);
-        var nm = S[D.name[id]], tip = [opName(id) + (nm ? "  " + nm : "")];
-        for (var j = D.outsOff[id]; j < D.outsOff[id + 1]; j++) { tip.push("→ " + S[D.vName[D.outs[j]]] + "  " + fullType(D.outs[j])); }
+        var nm = nodeName(id), tip = [opName(id) + (nm ? "  " + nm : "")];
+        for (var j = D.outsOff[id]; j < D.outsOff[id + 1]; j++) { tip.push("→ " + valueName(D.outs[j]) + "  " + fullType(D.outs[j])); }
         if (io) { var iv = opName(id) === "input" ? D.outs[D.outsOff[id]] : D.ins[D.insOff[id]]; tip.push(fullType(iv)); }
         mk("title", {}, gEl).textContent = tip.join("\n");
       }
@@ -516,10 +540,10 @@
   }
   function valueBox(v) {
     var box = el("div");
-    box.appendChild(el("div", S[D.vName[v]]));
+    box.appendChild(el("div", valueName(v)));
     var t = S[D.vType[v]];
     if (t || D.vConst[v]) { box.appendChild(el("div", (D.vConst[v] ? "constant " : "") + t, "stats")); }
-    box.title = S[D.vName[v]] + "  " + fullType(v);
+    box.title = valueName(v) + "  " + fullType(v);
     return box;
   }
   function path(l) {
@@ -531,7 +555,7 @@
     clear(panel);
     var op = opName(k);
     panel.appendChild(el("h3", op === "input" || op === "output" ? "graph " + op : op));
-    if (S[D.name[k]]) { panel.appendChild(el("div", S[D.name[k]], "name")); }
+    if (nodeName(k)) { panel.appendChild(el("div", nodeName(k), "name")); }
     var where = path(nodeLayer[k]);
     if (where) { panel.appendChild(el("div", "in " + where, "hint")); }
     var attrs = S[D.attrs[k]];
@@ -607,8 +631,13 @@
   });
 
   // ------------------------------------------------------------------ search over every op and value
-  var lower = null;
-  function lowerOf(i) { if (!lower) { lower = new Array(S.length); } var s = lower[i]; if (s === undefined) { s = lower[i] = S[i].toLowerCase(); } return s; }
+  var lowerNames = null, lowerValues = null;
+  function searchable() {
+    if (lowerNames) { return; }
+    lowerNames = new Array(N); lowerValues = new Array(D.vName.length);
+    for (var k = 0; k < N; k++) { lowerNames[k] = nodeName(k).toLowerCase(); }
+    for (var v = 0; v < D.vName.length; v++) { lowerValues[v] = valueName(v).toLowerCase(); }
+  }
   var matches = [], cur = -1, marks = [];
   function consumerOf(v) { for (var j = 0; j < D.ins.length; j++) { if (D.ins[j] === v) { return opAt(j); } } return -1; }
   function opAt(j) {  // the op whose inputs hold position j (binary search over insOff)
@@ -623,14 +652,15 @@
     if (q) {
       var exact = [], partial = [], seen = {}, opMatch = {};
       D.ops.forEach(function (o, i) { var s = o.toLowerCase(); opMatch[i] = s === q ? 2 : (s.indexOf(q) >= 0 ? 1 : 0); });
+      searchable();
       for (var k = 0; k < N; k++) {
-        var nm = lowerOf(D.name[k]), om = opMatch[D.op[k]];
+        var nm = lowerNames[k], om = opMatch[D.op[k]];
         if (nm === q || om === 2) { exact.push(k); seen[k] = 1; }
         else if (om === 1 || (nm && nm.indexOf(q) >= 0)) { partial.push(k); seen[k] = 1; }
       }
       // values: a value's name finds the op that makes it (or, for a constant or input, its first reader)
       for (var v = 0; v < D.vName.length; v++) {
-        var vn = lowerOf(D.vName[v]);
+        var vn = lowerValues[v];
         if (vn.indexOf(q) < 0) { continue; }
         var p = D.vProd[v];
         if (p < 0 || D.vConst[v]) { p = consumerOf(v); }
@@ -643,7 +673,7 @@
     matches.slice(0, 50).forEach(function (k, i) {
       var li = el("li");
       li.appendChild(el("span", opName(k), "op"));
-      li.appendChild(document.createTextNode(S[D.name[k]] || ""));
+      li.appendChild(document.createTextNode(nodeName(k) || ""));
       var where = path(nodeLayer[k]);
       if (where) { li.appendChild(el("span", where, "where")); }
       li.addEventListener("mousedown", function (e) { e.preventDefault(); goTo(i); });
@@ -695,7 +725,8 @@
   window.graphtool = {  // for tests and the bench
     view: function () { return {x: vt.x, y: vt.y, s: vt.s, w: size().w / vt.s, h: size().h / vt.s}; },
     reveal: reveal, toggle: toggle, placed: function () { return placed; }, layout: layout,
-    find: function (name) { for (var k = 0; k < N; k++) { if (S[D.name[k]] === name) { return k; } } return -1; },
+    find: function (name) { for (var k = 0; k < N; k++) { if (nodeName(k) === name) { return k; } } return -1; },
+    name: nodeName,
     count: N, layers: NL};
   // ready: after the first frame with the picture was painted (a task queued from the frame's callback)
   requestAnimationFrame(function () { setTimeout(function () { document.body.setAttribute("data-ready", String(Math.round(performance.now()))); }, 0); });

@@ -15,6 +15,7 @@ million ops are a handful of flat arrays of numbers and strings (strings through
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from typing import Any
 
 from graphtool.ir.graph import Graph, constant_node_value
@@ -61,7 +62,7 @@ def category(op_type: str) -> str:
 
 
 class _Layer:
-    __slots__ = ("label", "full", "kind", "children", "direct", "parent", "first", "index", "lo", "mid", "hi")
+    __slots__ = ("label", "full", "kind", "children", "direct", "parent", "first", "index", "lo", "mid", "hi", "pre")
 
     def __init__(self, label: str, full: str, kind: str, parent: "_Layer | None"):
         self.label, self.full, self.kind, self.parent = label, full, kind, parent
@@ -69,6 +70,7 @@ class _Layer:
         self.direct: list[int] = []  # provisional op numbers (visit order)
         self.first = 1 << 62  # the earliest op (visit order) anywhere inside: children sort by it
         self.index = self.lo = self.mid = self.hi = 0
+        self.pre = ""  # what its ops' names start with ("/model/layers.0/"): sent once, not per op
 
     def child(self, key: Any, label: str, full: str, kind: str) -> "_Layer":
         layer = self.children.get(key)
@@ -194,6 +196,8 @@ class LayeredData:
         self.sub.append(self.s(sub) if sub else 0)
         self.attrs.append(self.s(attrs) if attrs else 0)
         layer.direct.append(k)
+        if layer.kind == "scope" and not layer.pre and "/" in name:
+            layer.pre = name[: name.rfind("/") + 1]
         for vid in outs:
             self.v_prod[vid] = k
         return k
@@ -333,6 +337,7 @@ class LayeredData:
             only = next(iter(layer.children.values()))
             layer.label = f"{layer.label}/{only.label}"
             layer.full = only.full
+            layer.pre = only.pre
             layer.direct, layer.children = only.direct, only.children
             for c in layer.children.values():
                 c.parent = layer
@@ -394,37 +399,100 @@ class LayeredData:
             layer.hi = len(order)
 
         number(self.root)
+        # a name that starts with its scope's prefix is sent as the rest, as -(index + 1): the
+        # prefix is in the layer's ``pre`` (a million "b123/MatMul" are 13 strings, not a million)
+        pre_of: list[str] = []
+        for layer in layers:
+            scope = layer
+            while scope is not None and scope.kind in ("run", "op"):
+                scope = scope.parent
+            pre_of.append(scope.pre if scope is not None and scope.kind == "scope" else "")
+        strings = self.string_list
+        rest: dict[str, int] = {}
+
+        def short(index: int, pre: str) -> int:
+            text = strings[index]
+            if pre and text.startswith(pre) and len(text) > len(pre):
+                tail = text[len(pre):]
+                k = rest.get(tail)
+                if k is None:
+                    k = rest[tail] = self.s(tail)
+                return -k - 1
+            return index
+
+        node_pre = [pre_of[self.layer[old].index] for old in order]
+        names = [short(self.name[old], node_pre[new]) for new, old in enumerate(order)]
         position = [0] * len(order)
         for new, old in enumerate(order):
             position[old] = new
-        ins_flat: list[int] = []
-        ins_off = [0]
+        producer = [-1] * len(self.v_name)
+        for vid, p in enumerate(self.v_prod):
+            if p >= 0:
+                producer[vid] = position[p]
+        v_names = [short(n, node_pre[producer[vid]]) if producer[vid] >= 0 else n
+                   for vid, n in enumerate(self.v_name)]
+        # value ids as steps from the largest id sent so far (most ops read what was just made)
+        ins_flat: list[int | None] = []
         outs_flat: list[int] = []
-        outs_off = [0]
+        n_in: list[int] = []
+        n_out: list[int] = []
+        top = 0
         for old in order:
-            ins_flat.extend(self.ins[old])
-            ins_off.append(len(ins_flat))
-            outs_flat.extend(self.outs[old])
-            outs_off.append(len(outs_flat))
+            ins, outs = self.ins[old], self.outs[old]
+            n_in.append(len(ins))
+            n_out.append(len(outs))
+            for vid in ins:
+                if vid < 0:
+                    ins_flat.append(None)
+                else:
+                    ins_flat.append(vid - top)
+                    top = max(top, vid)
+            for vid in outs:
+                outs_flat.append(vid - top)
+                top = max(top, vid)
         op_names = list(self.ops)
-        strings = self.string_list
+        # the string table keeps only what is sent (full names that went out as prefix + rest are
+        # dropped), most used first so the commonest indices are the shortest numbers
+        uses: Counter[int] = Counter()
+        for column in (names, v_names):
+            uses.update(i if i >= 0 else -i - 1 for i in column)
+        sub = [self.sub[o] for o in order]
+        attrs = [self.attrs[o] for o in order]
+        uses.update(sub)
+        uses.update(attrs)
+        uses.update(self.v_type)
+        uses.update(f for f in self.v_full if f)
+        kept = [i for i, _ in uses.most_common()]
+        if 0 in kept:
+            kept.remove(0)
+        kept.insert(0, 0)
+        remap = {old: new for new, old in enumerate(kept)}
+        string_list = [strings[i] for i in kept]
+
+        def again(i: int) -> int:
+            return remap[i] if i >= 0 else -remap[-i - 1] - 1
+
+        names = [again(i) for i in names]
+        v_names = [again(i) for i in v_names]
         return {
             "title": title,
-            "strings": strings,
+            "strings": string_list,
             "ops": op_names,
             "cats": [category(op.split("::")[-1]) if op not in ("input", "output") else
                      ("io" if op == "input" else "output") for op in op_names],
             "colors": CATEGORY_COLORS,
             "op": [self.op[o] for o in order],
-            "name": [self.name[o] for o in order],
-            "sub": [self.sub[o] for o in order],
-            "attrs": [self.attrs[o] for o in order],
-            "insOff": ins_off, "ins": ins_flat, "outsOff": outs_off, "outs": outs_flat,
-            "vName": self.v_name, "vType": self.v_type, "vFull": self.v_full,
-            "vProd": [position[p] if p >= 0 else -1 for p in self.v_prod], "vConst": self.v_const,
+            "name": names,
+            "sub": [remap[i] for i in sub],
+            "attrs": [remap[i] for i in attrs],
+            "nIn": n_in, "ins": ins_flat, "nOut": n_out, "outs": outs_flat,
+            "vName": v_names, "vType": [remap[i] for i in self.v_type],
+            "vFull": [[vid, remap[f]] for vid, f in enumerate(self.v_full) if f],
+            "vConst": [vid for vid, c in enumerate(self.v_const) if c],
             "layers": {
                 "label": [x.label for x in layers],
                 "full": [x.full for x in layers],
+                "pre": pre_of,
                 "kind": [x.kind for x in layers],
                 "parent": [x.parent.index if x.parent is not None else -1 for x in layers],
                 "lo": [x.lo for x in layers], "mid": [x.mid for x in layers], "hi": [x.hi for x in layers],
