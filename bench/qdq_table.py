@@ -57,7 +57,7 @@ def _feeds(path: str) -> dict[str, np.ndarray] | None:
 def _run(path: str, feeds: dict[str, np.ndarray]) -> dict[str, object]:
     from graphtool.runtime import make_session
 
-    sess = make_session(path, "disabled")
+    sess = make_session(path, "off")
     accepted = {i.name for i in sess.get_inputs()}
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(None, {k: v for k, v in feeds.items() if k in accepted})))

@@ -1,0 +1,180 @@
+"""Exact QDQ cleanups in standard ops (level 1): a quantized model keeps its Q/DQ semantics.
+
+A QDQ model says "this tensor is quantized with (scale, zero point)" by a QuantizeLinear followed
+by a DequantizeLinear; a backend runs each DQ → op → Q *node unit* as one integer kernel. Every
+rewrite here gives bit-identical outputs (the quantized values do not change), so it is safe at
+level 1 and for any backend; none folds across a Q → DQ pair (that rounds) and none turns the
+model into float or into QLinear ops (``--target ort`` level 2 does that, passes/ort_qdq.py).
+
+* ``qdq-drop-clip`` — ``Q(Relu(x))`` → ``Q(x)`` when every zero point of Q is its type's lowest
+  value: Q clamps below at ``(lo - zp) * scale = 0`` already. ``Q(Clip(x, a, b))`` → ``Q(x)`` when
+  Q maps a to the lowest and b to the highest quantized value (with 0.01 of a step to spare for
+  float rounding); otherwise the Clip narrows the range and stays. The Relu/Clip stays while
+  something else reads it. onnxruntime: ``ReluQuantFusion`` / ``ClipQuantFusion``.
+* ``qdq-drop-pair`` — ``Q(DQ(q))`` with the same scale, zero point, axis and type is ``q``
+  (dequantize-then-quantize of an integer is that integer). Not when Q's output is a graph output.
+* ``qdq-drop-around`` — ``DQ → op → Q`` with equal per-tensor parameters on both sides, for ops
+  that only move or select elements (Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Gather,
+  GatherElements, Slice, Expand, Tile, Concat — every data input from such a DQ —; MaxPool,
+  ReduceMax, ReduceMin with a positive scale, which keeps order): the op runs on the integers, as
+  onnxruntime's QDQ "drop" rules do. Refused: per-channel parameters (the op may move the axis),
+  different parameters (a requantization), the op's float output read by anything besides the Q
+  or a graph output, an int op the opset does not type (MaxPool/ReduceMax/ReduceMin below 12), an
+  input of unknown quantized type. The DQ stays while something else reads it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graphtool.ir.graph import Graph, Node
+from graphtool.pass_manager import Pass, PassContext, PassResult, register
+from graphtool.passes._qdq_parts import TYPE_RANGE, QParams, is_dq, is_q, qparams
+
+MOVE_OPS = frozenset({"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Gather", "GatherElements", "Slice",
+                      "Expand", "Tile", "Concat"})
+ORDER_OPS = frozenset({"MaxPool", "ReduceMax", "ReduceMin"})  # exact for a positive scale only
+STEP_MARGIN = 0.01  # of a quantization step: float rounding room for the Clip bounds
+
+
+def _std(node: Node | None, *types: str) -> bool:
+    return node is not None and node.domain in ("", "ai.onnx") and node.op_type in types
+
+
+def _keep_name_replace(graph: Graph, inner: str, q: Node) -> None:
+    """Remove ``q`` and give ``inner`` (now the quantized value) q's output name and type."""
+    out = q.outputs[0]
+    info = graph.value_info.get(out)
+    graph.remove_nodes([q])
+    graph.rename_value(inner, out)
+    if info is not None:
+        graph.set_value_info(out, info)
+    else:
+        graph.value_info.pop(out, None)
+
+
+def _drop_unused(graph: Graph, node: Node | None) -> None:
+    if node is not None and graph.has_node(node) and not any(graph.uses(o) or graph.is_output(o) for o in node.outputs if o):
+        graph.remove_nodes([node])
+
+
+def _clip_bounds(graph: Graph, node: Node, opset: int) -> tuple[float, float] | None:
+    if node.op_type == "Relu":
+        return 0.0, float("inf")
+    if opset < 11:
+        return float(node.attr("min", -np.inf)), float(node.attr("max", np.inf))
+    bounds = []
+    for slot, default in ((1, -np.inf), (2, np.inf)):
+        name = node.inputs[slot] if len(node.inputs) > slot else ""
+        if not name:
+            bounds.append(default)
+            continue
+        array = graph.const(name)
+        if array is None or array.size != 1:
+            return None
+        bounds.append(float(array.reshape(-1)[0]))
+    return bounds[0], bounds[1]
+
+
+def clip_redundant(p: QParams, lo_bound: float, hi_bound: float) -> bool:
+    """Q already maps everything at or below ``lo_bound`` to its lowest value and everything at or
+    above ``hi_bound`` to its highest (so a Clip to those bounds before it changes nothing)."""
+    if p.dtype not in TYPE_RANGE:
+        return False
+    lo, hi = TYPE_RANGE[p.dtype]
+    scale, zero = p.scale.astype(np.float64), p.zero.astype(np.float64)
+    if np.any(scale <= 0):
+        return False
+    low_ok = np.all(lo_bound / scale + zero <= lo + 0.5 - STEP_MARGIN) if np.isfinite(lo_bound) else lo_bound < 0
+    high_ok = np.all(hi_bound / scale + zero >= hi - 0.5 + STEP_MARGIN) if np.isfinite(hi_bound) else hi_bound > 0
+    return bool(low_ok and high_ok)
+
+
+@register(level=1, priority=33)
+class QdqDropClip(Pass):
+    """Q(Relu(x)) / Q(Clip(x)) → Q(x) when Q's own clamping already does what the Relu/Clip does."""
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        dropped = 0
+        opset = ctx.opset("")
+        for q in graph.nodes("QuantizeLinear"):
+            if not graph.has_node(q) or not is_q(q):
+                continue
+            act = graph.producer(q.inputs[0])
+            if not _std(act, "Relu", "Clip"):
+                continue
+            bounds = _clip_bounds(graph, act, opset)
+            p = qparams(graph, q, ctx_shapes(graph, ctx))
+            if bounds is None or p is None or not clip_redundant(p, *bounds):
+                continue
+            graph.set_input(q, 0, act.inputs[0])
+            _drop_unused(graph, act)
+            dropped += 1
+        return PassResult(changed=dropped > 0, stats={"dropped": dropped})
+
+
+@register(level=1, priority=34)
+class QdqDropPair(Pass):
+    """Q(DQ(q)) with the same quantization → q."""
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        dropped = 0
+        for q in graph.nodes("QuantizeLinear"):
+            if not graph.has_node(q) or not is_q(q) or graph.is_output(q.outputs[0]):
+                continue
+            dq = graph.producer(q.inputs[0])
+            if not is_dq(dq):
+                continue
+            shapes = ctx_shapes(graph, ctx)
+            rank = shapes.rank(dq.inputs[0])
+            a, b = qparams(graph, dq, shapes, rank), qparams(graph, q, shapes, rank)
+            if a is None or b is None or not a.same(b):
+                continue
+            graph.replace_all_uses(q.outputs[0], dq.inputs[0])
+            graph.remove_nodes([q])
+            _drop_unused(graph, dq)
+            dropped += 1
+        return PassResult(changed=dropped > 0, stats={"dropped": dropped})
+
+
+@register(level=1, priority=35)
+class QdqDropAround(Pass):
+    """DQ → Reshape/Transpose/Gather/Slice/MaxPool/Concat/... → Q with equal parameters: the op runs on the integers."""
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        dropped = 0
+        opset = ctx.opset("")
+        for q in graph.nodes("QuantizeLinear"):
+            if not graph.has_node(q) or not is_q(q):
+                continue
+            op = graph.producer(q.inputs[0])
+            if op is None or op.domain not in ("", "ai.onnx") or op.op_type not in MOVE_OPS | ORDER_OPS:
+                continue
+            if len(op.outputs) != 1 or graph.is_output(op.outputs[0]) or len(graph.uses(op.outputs[0])) != 1:
+                continue
+            shapes = ctx_shapes(graph, ctx)
+            qp = qparams(graph, q, shapes)
+            if qp is None or not qp.per_tensor:
+                continue
+            if op.op_type in ORDER_OPS and (opset < 12 or np.any(qp.scale <= 0)):
+                continue
+            slots = range(len(op.inputs)) if op.op_type == "Concat" else [0]
+            dqs = [graph.producer(op.inputs[s]) for s in slots]
+            if not all(is_dq(d) for d in dqs):
+                continue
+            params = [qparams(graph, d, shapes) for d in dqs]
+            if not all(p is not None and p.per_tensor and p.same(qp) for p in params):
+                continue
+            for slot, dq in zip(slots, dqs):
+                graph.set_input(op, slot, dq.inputs[0])
+            _keep_name_replace(graph, op.outputs[0], q)
+            for dq in dict.fromkeys(dqs):
+                _drop_unused(graph, dq)
+            dropped += 1
+        return PassResult(changed=dropped > 0, stats={"dropped": dropped})
+
+
+def ctx_shapes(graph: Graph, ctx: PassContext):
+    from graphtool.passes._ort_common import Shapes
+
+    return Shapes(graph, ctx)
