@@ -36,6 +36,8 @@ def infer_dtype(graph: Graph, value: str, depth: int = 8) -> int | None:
     node = graph.producer(value)
     if node is None and graph.parent is not None and graph.is_free(value):
         return infer_dtype(graph.parent, value, depth - 1)  # read from the enclosing scope
+    if node is not None and node.domain == "ai.onnx.ml":
+        return ml_output_dtype(node, value)
     if node is None or node.domain not in ("", "ai.onnx"):
         return None
     op = node.op_type
@@ -58,6 +60,29 @@ def infer_dtype(graph: Graph, value: str, depth: int = 8) -> int | None:
                 found = infer_dtype(graph, x, depth - 1) if x else None
                 if found is not None:
                     return found
+    return None
+
+
+ML_CLASSIFIERS = frozenset({"TreeEnsembleClassifier", "SVMClassifier", "LinearClassifier"})
+ML_FLOAT_OUT = frozenset({"TreeEnsembleRegressor", "SVMRegressor", "LinearRegressor", "Scaler", "Normalizer"})
+
+
+def ml_output_dtype(node, value: str) -> int | None:
+    """Output types the ai.onnx.ml schemas fix: a classifier's label is int64 or string (by which
+    class-label attribute it has), its scores float; regressors, Scaler and Normalizer give float.
+    A Cast to the type already there (skl2onnx and onnxmltools write them) is then provably a no-op."""
+    slot = node.outputs.index(value) if value in node.outputs else -1
+    if node.op_type in ML_CLASSIFIERS:
+        if slot == 1:
+            return TensorProto.FLOAT
+        if slot == 0:
+            if any(node.attr(a) is not None for a in ("classlabels_int64s", "classlabels_ints")):
+                return TensorProto.INT64
+            if node.attr("classlabels_strings") is not None:
+                return TensorProto.STRING
+        return None
+    if node.op_type in ML_FLOAT_OUT and slot == 0:
+        return TensorProto.FLOAT
     return None
 
 

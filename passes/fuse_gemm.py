@@ -2,8 +2,9 @@
 
 Gemm is MatMul plus a bias in one kernel, which ORT and most backends run faster than the pair
 (no intermediate [M, N] tensor). It is only equivalent in a narrow case, and the pass proves each
-part from declared shapes or from what the producers prove (a Flatten's output has rank 2;
-passes/_types.py), never from guesses:
+part from declared shapes, from what the producers prove (a Flatten's output has rank 2;
+passes/_types.py) or from the shape oracle (``ctx.shapes``: a Keras Dense after PRelu, a
+ReduceMax with keepdims=0), never from guesses:
 
 1. A and B have known rank 2: Gemm has no batch dimensions. A 3-D MatMul (transformers) is left
    alone — rewriting it needs Reshapes around the Gemm, which is not a simplification.
@@ -32,8 +33,10 @@ from graphtool.rewrite import Match, Rewrite, Rule, RulePass, Var, op
 _GEMM_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
 
 
-def _shape(graph: Graph, value: str) -> list[int | str | None] | None:
+def _shape(graph: Graph, value: str, ctx=None) -> list[int | str | None] | None:
     shape = graph.shape(value)
+    if shape is None and ctx is not None:  # the shape oracle: ranks through PRelu, ReduceMax(keepdims=0), ...
+        shape = ctx.shapes.dims(graph, value)
     if shape is None:
         array = graph.const(value)
         if array is not None:
@@ -73,7 +76,7 @@ def check(m: Match) -> str | None:
     g, a, b, bias = m.graph, m["a"], m["b"], m["bias"]
     if bias == m.node("mm").outputs[0]:
         return "the Add adds the product to itself"
-    shape_a, shape_b, shape_c = _shape(g, a), _shape(g, b), _shape(g, bias)
+    shape_a, shape_b, shape_c = _shape(g, a, m.ctx), _shape(g, b, m.ctx), _shape(g, bias, m.ctx)
     if shape_a is None or shape_b is None or len(shape_a) != 2 or len(shape_b) != 2:
         return f"A {shape_a} and B {shape_b} are not both known to be 2-D"  # case 1
     if shape_c is None:
