@@ -74,7 +74,7 @@ def _activation(m: Match, name: str) -> QParams | str:
     if not p.per_tensor:
         return f"'{m.node(name).name}' quantizes an activation per channel"
     if p.dtype not in ACTIVATION_TYPES:
-        return f"'{m.node(name).name}' quantizes to {helper.tensor_dtype_to_string(p.dtype)}: only uint8 activations are fused on x86"
+        return f"'{m.node(name).name}' quantizes to {helper.tensor_dtype_to_np_dtype(p.dtype).name}: only uint8 activations are fused on x86"
     return p
 
 
@@ -96,7 +96,7 @@ def _weight(m: Match, name: str, rank: int, axis: int, channels: int) -> QParams
     if isinstance(p, str):
         return p
     if p.dtype not in WEIGHT_TYPES:
-        return f"the weight is {helper.tensor_dtype_to_string(p.dtype)} (the kernels take int8/uint8)"
+        return f"the weight is {helper.tensor_dtype_to_np_dtype(p.dtype).name} (the kernels take int8/uint8)"
     if not p.per_tensor:
         if p.axis != axis or p.scale.size != channels:
             return f"the weight is quantized per channel along axis {p.axis}, the kernel's channels are axis {axis}"

@@ -1,0 +1,79 @@
+"""QDQ test models as users make them: a small float CNN quantized by onnxruntime's own quantizer.
+
+The float model has the structures quantized CNNs are made of (Conv+Relu, a residual Add, a
+squeeze-excite Sigmoid·Mul, MaxPool, GlobalAveragePool, AveragePool, a Reshape/Transpose channel
+shuffle, Concat, Flatten → Gemm → Softmax) with random weights; ``quantize_static`` turns it into
+QDQ (per tensor or per channel) from a random calibration set, exactly as
+``onnxruntime.quantization`` does for any model. Built at test time in a temp folder.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+SHAPE = (1, 3, 16, 16)
+
+
+def float_cnn(path: str, seed: int = 0) -> str:
+    rng = np.random.default_rng(seed)
+
+    def w(name, *shape, scale=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+    inits = [w("w1", 8, 3, 3, 3), w("b1", 8), w("w2", 8, 8, 3, 3), w("b2", 8), w("w3", 8, 8, 1, 1), w("b3", 8),
+             w("wse", 8, 8, 1, 1), w("bse", 8), w("w4", 16, 16, 1, 1), w("b4", 16), w("fc", 10, 16), w("fcb", 10),
+             numpy_helper.from_array(np.array([1, 2, 4, 8, 8], np.int64), "shuffle1"),
+             numpy_helper.from_array(np.array([1, 8, 8, 8], np.int64), "shuffle2")]
+    n = helper.make_node
+    nodes = [
+        n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), n("Relu", ["c1"], ["r1"]),
+        n("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        n("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]), n("Relu", ["c2"], ["r2"]),
+        n("Conv", ["r2", "w3", "b3"], ["c3"]), n("Add", ["c3", "p1"], ["res"]), n("Relu", ["res"], ["r3"]),
+        n("GlobalAveragePool", ["r3"], ["gap"]), n("Conv", ["gap", "wse", "bse"], ["se"]),
+        n("Sigmoid", ["se"], ["sig"]), n("Mul", ["r3", "sig"], ["scaled"]),
+        n("Reshape", ["scaled", "shuffle1"], ["s1"]), n("Transpose", ["s1"], ["s2"], perm=[0, 2, 1, 3, 4]),
+        n("Reshape", ["s2", "shuffle2"], ["s3"]), n("Concat", ["s3", "r3"], ["cat"], axis=1),
+        n("Conv", ["cat", "w4", "b4"], ["c4"]), n("Relu", ["c4"], ["r4"]),
+        n("AveragePool", ["r4"], ["ap"], kernel_shape=[2, 2], strides=[2, 2]),
+        n("GlobalAveragePool", ["ap"], ["g2"]), n("Flatten", ["g2"], ["flat"]),
+        n("Gemm", ["flat", "fc", "fcb"], ["logits"], transB=1), n("Softmax", ["logits"], ["y"], axis=1),
+    ]
+    graph = helper.make_graph(nodes, "qcnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    proto.ir_version = 8
+    onnx.checker.check_model(proto, full_check=True)
+    onnx.save(proto, path)
+    return path
+
+
+class _Reader:
+    def __init__(self, count: int = 4, seed: int = 1):
+        rng = np.random.default_rng(seed)
+        self.feeds = iter([{"x": rng.standard_normal(SHAPE).astype(np.float32)} for _ in range(count)])
+
+    def get_next(self):
+        return next(self.feeds, None)
+
+
+def quantized_cnn(folder: str, per_channel: bool = False, activations: str = "uint8") -> str:
+    """The float CNN through ``onnxruntime.quantization.quantize_static`` (QDQ format)."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    src = float_cnn(os.path.join(folder, "float_cnn.onnx"))
+    dst = os.path.join(folder, f"qdq_cnn_{'pc' if per_channel else 'pt'}_{activations}.onnx")
+    if not os.path.exists(dst):
+        quantize_static(src, dst, _Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                        activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8,
+                        weight_type=QuantType.QInt8)
+    return dst
+
+
+def feeds(count: int = 3, seed: int = 7) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal(SHAPE).astype(np.float32)} for _ in range(count)]

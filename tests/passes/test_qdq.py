@@ -1,0 +1,216 @@
+"""QDQ passes on models onnxruntime's quantizer wrote (tests/passes/qdq_models.py) and on hand-built
+units for the refusals: level 1 keeps every output bit-identical, level 2 --target ort gives the
+kernels onnxruntime's extended level gives, and the same outputs it gives."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from graphtool import io
+from graphtool.ir.to_onnx import to_onnx
+from graphtool.optimize import optimize
+from tests.passes import qdq_models
+from tests.passes.helpers import const, make_proto, vi
+
+U8 = TensorProto.UINT8
+
+
+@pytest.fixture(scope="module")
+def qdq_paths(tmp_path_factory):
+    folder = str(tmp_path_factory.mktemp("qdq"))
+    return {"pt": qdq_models.quantized_cnn(folder, per_channel=False),
+            "pc": qdq_models.quantized_cnn(folder, per_channel=True),
+            "s8": qdq_models.quantized_cnn(folder, per_channel=False, activations="int8")}
+
+
+def _session(proto_or_path, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL, optimized: str | None = None):
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = level
+    opts.log_severity_level = 3
+    if optimized:
+        opts.optimized_model_filepath = optimized
+    data = proto_or_path.SerializeToString() if isinstance(proto_or_path, onnx.ModelProto) else proto_or_path
+    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+
+
+def _run(model_or_path, feeds, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL):
+    sess = _session(to_onnx(model_or_path) if not isinstance(model_or_path, str) else model_or_path, level)
+    return [sess.run(None, f)[0] for f in feeds]
+
+
+def _ops(model) -> collections.Counter:
+    return collections.Counter(n.op_type for n in to_onnx(model).graph.node)
+
+
+@pytest.mark.parametrize("kind", ["pt", "pc"])
+def test_level1_is_bit_exact_and_keeps_standard_qdq(qdq_paths, kind):
+    path = qdq_paths[kind]
+    original = io.load(path)
+    optimized, report, _ = optimize(original, level=1)
+    ops = _ops(optimized)
+    assert sum(ops.values()) < len(onnx.load(path).graph.node)
+    assert all(n.domain in ("", "ai.onnx") for n in to_onnx(optimized).graph.node)
+    assert not any(op.startswith("QLinear") for op in ops)
+    assert report.passes["qdq-drop-around"].stats["dropped"] >= 2  # MaxPool, Reshape/Transpose/Reshape
+    feeds = qdq_models.feeds()
+    for a, b in zip(_run(path, feeds), _run(optimized, feeds)):
+        assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("kind", ["pt", "pc"])
+def test_level2_ort_gives_the_kernels_and_outputs_of_ort_extended(qdq_paths, kind, tmp_path):
+    path = qdq_paths[kind]
+    optimized, report, _ = optimize(io.load(path), level=2, target="ort")
+    ops = _ops(optimized)
+    ort_path = str(tmp_path / "ort.onnx")
+    _session(path, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, ort_path)
+    ort_ops = collections.Counter(n.op_type for n in onnx.load(ort_path).graph.node)
+    assert sum(ops.values()) <= sum(ort_ops.values())
+    for op in ("QLinearConv", "QGemm", "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearGlobalAveragePool",
+               "QLinearAveragePool", "QLinearConcat", "QLinearSoftmax"):
+        assert ops[op] == ort_ops[op] >= 1, op
+    feeds = qdq_models.feeds()
+    ours = _run(optimized, feeds)
+    theirs = _run(path, feeds, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED)
+    reference = _run(path, feeds)
+    for a, b, ref in zip(ours, theirs, reference):
+        assert np.array_equal(a, b)  # the same integer kernels onnxruntime's own fusion runs
+        assert np.all(np.abs(a - ref) <= 0.01 + 0.01 * np.abs(ref))  # ORT's QDQ tests' tolerance
+
+
+def test_target_onnx_level2_keeps_qdq(qdq_paths):
+    optimized, _, _ = optimize(io.load(qdq_paths["pt"]), level=2, target="onnx")
+    ops = _ops(optimized)
+    assert ops["Conv"] == 5 and not any(op.startswith("QLinear") or op == "QGemm" for op in ops)
+
+
+def test_int8_activations_are_refused_with_a_reason(qdq_paths):
+    original = io.load(qdq_paths["s8"])
+    optimized, _, ctx = optimize(original, level=2, target="ort", explain=["qlinear-conv"])
+    assert _ops(optimized)["QLinearConv"] == 0
+    reasons = [e["reason"] for e in ctx.explanations.values() if e["reason"].startswith("check:")]
+    assert len(reasons) == 5 and all("quantizes to int8: only uint8 activations" in r for r in reasons)
+    feeds = qdq_models.feeds(1)
+    assert np.array_equal(_run(qdq_paths["s8"], feeds)[0], _run(optimized, feeds)[0])
+
+
+# ---- hand-built units: each refusal -----------------------------------------------------------------------
+
+def _qdq(name, x, scale, zero, out=None, q=True):
+    op = "QuantizeLinear" if q else "DequantizeLinear"
+    return helper.make_node(op, [x, scale, zero], [out or f"{name}_out"], name=name)
+
+
+def _unit(mid_nodes, mid_out, q_scale=0.05, q_zero=128, extra_inits=(), opset=13):
+    """x(float) → Q(0.05, 128) → DQ → mid → Q(q_scale, q_zero) → DQ → y."""
+    nodes = [_qdq("q0", "x", "s", "z", "xq"), _qdq("dq0", "xq", "s", "z", "xf", q=False), *mid_nodes,
+             _qdq("q1", mid_out, "s1", "z1", "yq"), _qdq("dq1", "yq", "s1", "z1", "y", q=False)]
+    inits = [const("s", np.float32(0.05)), const("z", np.uint8(128)), const("s1", np.float32(q_scale)),
+             const("z1", np.uint8(q_zero)), *extra_inits]
+    return io.load_proto(make_proto(nodes, [vi("x", [1, 4, 6, 6])], [vi("y", None)], inits, opset=opset, check=False))
+
+
+def _check_same(original, optimized):
+    feeds = [{"x": np.random.default_rng(s).standard_normal((1, 4, 6, 6)).astype(np.float32) * 3} for s in range(3)]
+    for a, b in zip(_run(original, feeds), _run(optimized, feeds)):
+        assert np.array_equal(a, b)
+
+
+def test_drop_around_reshape_with_equal_params():
+    m = _unit([helper.make_node("Reshape", ["xf", "shape"], ["r"])], "r", 0.05, 128,
+              [const("shape", np.array([1, 144], np.int64))])
+    out, report, _ = optimize(m, passes=["qdq-drop-around"])
+    assert report.passes["qdq-drop-around"].stats["dropped"] == 1
+    assert [n.op_type for n in to_onnx(out).graph.node] == ["QuantizeLinear", "Reshape", "DequantizeLinear"]
+    _check_same(m, out)
+
+
+def test_drop_around_refuses_a_requantization():
+    m = _unit([helper.make_node("Reshape", ["xf", "shape"], ["r"])], "r", 0.1, 128,
+              [const("shape", np.array([1, 144], np.int64))])
+    out, report, _ = optimize(m, passes=["qdq-drop-around"])
+    assert report.passes["qdq-drop-around"].stats["dropped"] == 0
+
+
+def test_drop_around_maxpool_refused_below_opset_12():
+    nodes = [helper.make_node("MaxPool", ["xf"], ["p"], kernel_shape=[2, 2])]
+    out, report, _ = optimize(_unit(nodes, "p", opset=13), passes=["qdq-drop-around"])
+    assert report.passes["qdq-drop-around"].stats["dropped"] == 1
+    out, report, _ = optimize(_unit(nodes, "p", opset=11), passes=["qdq-drop-around"])
+    assert report.passes["qdq-drop-around"].stats["dropped"] == 0
+
+
+def test_relu_before_q_dropped_only_when_zero_point_is_the_floor():
+    relu = [helper.make_node("Relu", ["xf"], ["r"])]
+    m = _unit(relu, "r", 0.05, 0)
+    out, report, _ = optimize(m, passes=["qdq-drop-clip"])
+    assert report.passes["qdq-drop-clip"].stats["dropped"] == 1 and "Relu" not in _ops(out)
+    _check_same(m, out)
+    m = _unit(relu, "r", 0.05, 128)  # Q keeps negatives: the Relu matters
+    out, report, _ = optimize(m, passes=["qdq-drop-clip"])
+    assert "Relu" in _ops(out)
+
+
+def test_clip_before_q_kept_when_narrower_than_q():
+    clip = [helper.make_node("Clip", ["xf", "lo", "hi"], ["c"])]
+    bounds = [const("lo", np.float32(0)), const("hi", np.float32(6))]
+    m = _unit(clip, "c", 6 / 255, 0, bounds)  # ReLU6 with Q covering [0, 6]: redundant
+    out, _, _ = optimize(m, passes=["qdq-drop-clip"])
+    assert "Clip" not in _ops(out)
+    _check_same(m, out)
+    m = _unit(clip, "c", 0.05, 0, bounds)  # Q reaches 12.75: the Clip at 6 matters
+    out, _, _ = optimize(m, passes=["qdq-drop-clip"])
+    assert "Clip" in _ops(out)
+    _check_same(m, out)
+
+
+def test_dq_q_pair_with_same_params_goes_and_different_params_stay():
+    m = _unit([], "xf", 0.05, 128)
+    out, report, _ = optimize(m, passes=["qdq-drop-pair"])
+    assert report.passes["qdq-drop-pair"].stats["dropped"] == 1
+    _check_same(m, out)
+    out, report, _ = optimize(_unit([], "xf", 0.07, 128), passes=["qdq-drop-pair"])
+    assert report.passes["qdq-drop-pair"].stats["dropped"] == 0
+
+
+def _conv_unit(bias_scale_factor=1.0, shared_dq=False):
+    rng = np.random.default_rng(0)
+    w = rng.integers(-50, 50, (4, 4, 3, 3)).astype(np.int8)
+    b = rng.integers(-100, 100, (4,)).astype(np.int32)
+    nodes = [_qdq("q0", "x", "s", "z", "xq"), _qdq("dq0", "xq", "s", "z", "xf", q=False),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"]),
+             helper.make_node("DequantizeLinear", ["b", "bs", "bz"], ["bf"]),
+             helper.make_node("Conv", ["xf", "wf", "bf"], ["c"], pads=[1, 1, 1, 1]),
+             _qdq("q1", "c", "s1", "z1", "yq"), _qdq("dq1", "yq", "s1", "z1", "y", q=False)]
+    outputs = [vi("y", None)]
+    if shared_dq:
+        nodes.append(helper.make_node("Relu", ["xf"], ["other"]))
+        outputs.append(vi("other", None))
+    inits = [const("s", np.float32(0.05)), const("z", np.uint8(128)), const("w", w), const("ws", np.float32(0.02)),
+             const("wz", np.int8(0)), const("b", b), const("bs", np.float32(0.05 * 0.02 * bias_scale_factor)),
+             const("bz", np.int32(0)), const("s1", np.float32(0.1)), const("z1", np.uint8(100))]
+    return io.load_proto(make_proto(nodes, [vi("x", [1, 4, 6, 6])], outputs, inits, opset=13, check=False))
+
+
+def test_qlinear_conv_keeps_a_shared_dq_for_its_other_reader():
+    m = _conv_unit(shared_dq=True)
+    out, _, _ = optimize(m, level=2, target="ort")
+    ops = _ops(out)
+    assert ops["QLinearConv"] == 1 and ops["Relu"] == 1 and ops["DequantizeLinear"] >= 2
+    feeds = [{"x": np.random.default_rng(s).standard_normal((1, 4, 6, 6)).astype(np.float32)} for s in range(2)]
+    a = _session(to_onnx(m), ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED)
+    b = _session(to_onnx(out))
+    for f in feeds:
+        for x, y in zip(a.run(None, f), b.run(None, f)):
+            assert np.array_equal(x, y)
+
+
+def test_qlinear_conv_refuses_a_bias_not_scaled_by_x_times_w():
+    out, _, _ = optimize(_conv_unit(bias_scale_factor=2.0), level=2, target="ort")
+    assert _ops(out)["QLinearConv"] == 0 and _ops(out)["Conv"] == 1
