@@ -239,10 +239,11 @@ def main() -> None:
                 if not os.path.exists(dst):
                     _static(pre, dst, False, "qop")
                 add(f"{tag}_qop", "qoperator", origin)
-                dst = os.path.join(out, f"{tag}_fp16.onnx")
-                if not os.path.exists(dst):
-                    _fp16(src, dst)
-                add(f"{tag}_fp16", "fp16", origin)
+                if origin == "torchvision":
+                    dst = os.path.join(out, f"{tag}_fp16.onnx")
+                    if not os.path.exists(dst):
+                        _fp16(src, dst)
+                    add(f"{tag}_fp16", "fp16", origin)
     if "bert" in groups:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -274,6 +275,12 @@ def main() -> None:
                 if not os.path.exists(dst):
                     _static(pre, dst, per_channel)
                 add(f"{base}_{suffix}", "qdq", f"{base} (trained weights) quantized here")
+        src = os.path.join(out, "ppocr_cls.onnx")
+        if os.path.exists(src):  # an fp16 CNN with trained weights (a light_ model's old IR does not convert)
+            dst = os.path.join(out, "ppocr_cls_fp16.onnx")
+            if not os.path.exists(dst):
+                _fp16(src, dst)
+            add("ppocr_cls_fp16", "fp16", "ppocr_cls through onnxconverter-common")
     if "sklearn" in groups:
         for name, source in sklearn_models(out).items():
             add(name, "ml", source)
