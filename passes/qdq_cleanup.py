@@ -178,3 +178,44 @@ def ctx_shapes(graph: Graph, ctx: PassContext):
     from graphtool.passes._ort_common import Shapes
 
     return Shapes(graph, ctx)
+
+
+PROPAGATE_OPS = frozenset({"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Gather", "Slice", "Expand",
+                           "Tile"}) | ORDER_OPS
+
+
+@register(level=1, priority=36)
+class QdqPropagate(Pass):
+    """Q(op(x)) → op(Q(x)) for ops that only move elements or take maxima: the op runs on integers.
+
+    Quantizing is elementwise and non-decreasing, so it commutes with moving elements
+    (Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Gather, Slice, Expand, Tile) and — for a
+    positive scale — with MaxPool / ReduceMax / ReduceMin, bit for bit. Moving Q above them makes
+    them run on 1-byte values and lets ``qdq-drop-around`` or a kernel take the unit (onnxruntime's
+    QDQPropagationTransformer). Refused: per-channel Q (the op may move the axis), the op's
+    output read by anything else or a graph output, an op whose data input already comes from a
+    DQ (``qdq-drop-around``'s case), MaxPool with an Indices output, MaxPool/ReduceMax/ReduceMin
+    below opset 12 (no 8-bit kernels)."""
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        moved = 0
+        opset = ctx.opset("")
+        for q in graph.nodes("QuantizeLinear"):
+            if not graph.has_node(q) or not is_q(q):
+                continue
+            op = graph.producer(q.inputs[0])
+            if not _std(op, *PROPAGATE_OPS) or len(op.outputs) != 1:
+                continue
+            if graph.is_output(op.outputs[0]) or len(graph.uses(op.outputs[0])) != 1 or is_dq(graph.producer(op.inputs[0])):
+                continue
+            qp = qparams(graph, q, ctx_shapes(graph, ctx))
+            if qp is None or not qp.per_tensor:
+                continue
+            if op.op_type in ORDER_OPS and (opset < 12 or np.any(qp.scale <= 0)):
+                continue
+            new_q = graph.add_node("QuantizeLinear", [op.inputs[0], *q.inputs[1:]], 1,
+                                   {k: q.attr_proto(k) or v for k, v in q.attrs.items()}, name=q.name, near=op)
+            graph.set_input(op, 0, new_q.outputs[0])
+            _keep_name_replace(graph, op.outputs[0], q)
+            moved += 1
+        return PassResult(changed=moved > 0, stats={"moved": moved})

@@ -43,7 +43,18 @@ BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mean", "Su
                     "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor", "Where", "PRelu", "Mod", "BitShift"})
 REDUCE = frozenset({"ReduceMax", "ReduceMin", "ReduceSum", "ReduceMean", "ReduceProd", "ReduceL1", "ReduceL2",
                     "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"})
+# com.microsoft elementwise kernels: their data input slots (the other inputs are scalar scales / zero points)
+MS_ELEMENTWISE = {"QLinearAdd": (0, 3), "QLinearMul": (0, 3), "QLinearSigmoid": (0,), "QLinearLeakyRelu": (0,)}
 MAX_WALK = 32
+
+
+def _elementwise(node: Node) -> tuple[int, ...] | None:
+    """The data slots of an elementwise op (every input for standard ones), else None."""
+    if node.domain in ("", "ai.onnx") and (node.op_type in UNARY or node.op_type in BINARY):
+        return tuple(range(len(node.inputs)))
+    if node.domain == "com.microsoft" and node.op_type in MS_ELEMENTWISE:
+        return MS_ELEMENTWISE[node.op_type]
+    return None
 
 
 def _perm(node: Node, rank: int | None) -> list[int] | None:
@@ -99,12 +110,23 @@ def _unsqueezed(p: list[int], added: list[int]) -> list[int]:
 
 def step(graph: Graph, node: Node, p: list[int], sources: set[str], opset: int) -> _Step | None:
     """The move of ``Transpose(p)`` (its outputs: ``sources``) below ``node``, or None."""
-    if node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+    if len(node.outputs) != 1:
         return None
     n, kind = len(p), node.op_type
+    data = _elementwise(node)
+    if node.domain == "com.microsoft" and data is not None:
+        for slot, value in enumerate(node.inputs):
+            if not value or value in sources:
+                continue
+            array = graph.const(value)
+            if array is None or array.ndim > n or (slot not in data and array.size != 1):
+                return None
+        return _Step(p) if node.inputs[0] in sources else None
+    if node.domain not in ("", "ai.onnx"):
+        return None
     if kind in UNARY or kind in BINARY:
-        if kind in ("QuantizeLinear", "DequantizeLinear") and node.attr("axis") is not None and any(
-                (c := graph.const(v)) is None or c.size != 1 for v in node.inputs[1:] if v):
+        if kind in ("QuantizeLinear", "DequantizeLinear") and any(
+                (c := graph.const(v)) is None or c.size != 1 for v in node.inputs[1:] if v):  # per channel: axis-bound
             return None
         for slot, value in enumerate(node.inputs):
             if not value or value in sources:
@@ -180,33 +202,49 @@ class _Walker:
         return found
 
     def upstream(self, value: str, p: list[int], reader: Node, depth: int) -> bool:
-        if depth <= 0 or self.sole_reader(value) is None or self.sole_reader(value).id != reader.id:
+        """``value`` is a Transpose by p (which may have other readers: it stays for them), or an
+        elementwise op read only by ``reader`` whose live inputs all are, recursively."""
+        if depth <= 0:
             return False
         producer = self.graph.producer(value)
-        if producer is None or producer.domain not in ("", "ai.onnx"):
+        if producer is None:
             return False
-        if producer.op_type == "Transpose":
+        if producer.op_type == "Transpose" and producer.domain in ("", "ai.onnx"):
             return _perm(producer, len(p)) == p
-        if producer.op_type in UNARY or producer.op_type in BINARY:
+        sole = self.sole_reader(value)
+        if sole is None or sole.id != reader.id:
+            return False
+        if _elementwise(producer) is not None:
             live = [v for v in producer.inputs if v and self.graph.const(v) is None]
             return bool(live) and all(self.upstream(v, p, producer, depth - 1) for v in dict.fromkeys(live))
         return False
 
+    def readers(self, value: str) -> list[Node] | None:
+        if self.graph.is_output(value):
+            return None
+        found = list({u.id: u for u, _ in self.graph.uses(value)}.values())
+        return found or None
+
     def pays(self, tr: Node, p: list[int]) -> bool:
-        value = tr.outputs[0]
-        for _ in range(MAX_WALK):
-            node = self.sole_reader(value)
-            if node is None:
-                return False
+        self.budget = 4 * MAX_WALK
+        return self._pays(tr.outputs[0], p, MAX_WALK)
+
+    def _pays(self, value: str, p: list[int], depth: int) -> bool:
+        """Every reader of ``value`` (a Transpose by p once moved) leads the Transpose to another
+        Transpose or to the identity: a fan-out pays only when each branch does."""
+        readers = self.readers(value)
+        self.budget -= 1
+        if readers is None or depth <= 0 or self.budget <= 0:
+            return False
+        for node in readers:
             if node.op_type == "Transpose" and node.domain in ("", "ai.onnx"):
-                return True
+                continue
             move = step(self.graph, node, p, self.same_perm_inputs(node, p, value), self.opset)
             if move is None:
                 return False
-            if move.perm == list(range(len(move.perm))):
-                return True
-            value, p = node.outputs[0], move.perm
-        return False
+            if move.perm != list(range(len(move.perm))) and not self._pays(node.outputs[0], move.perm, depth - 1):
+                return False
+        return True
 
 
 def push(graph: Graph, ctx: PassContext, tr: Node, p: list[int], walker: _Walker) -> Node | None:
@@ -226,7 +264,7 @@ def push(graph: Graph, ctx: PassContext, tr: Node, p: list[int], walker: _Walker
             source = graph.producer(value)
             inputs[slot] = source.inputs[0]
             removed.append(source)
-        elif value and (node.op_type in UNARY or node.op_type in BINARY):
+        elif value and slot in (_elementwise(node) or ()):
             array = graph.const(value)
             if array is not None and array.size > 1:
                 full = array.reshape((1,) * (n - array.ndim) + array.shape)
@@ -273,19 +311,105 @@ class PushTransposes(Pass):
         if not graph.has_op("Transpose"):
             return PassResult(False, {"pushed": 0})
         walker, pushed = _Walker(graph, ctx), 0
-        for tr in graph.nodes("Transpose"):
-            steps = 0
-            while tr is not None and graph.has_node(tr) and tr.domain in ("", "ai.onnx") and steps < MAX_WALK:
-                p = _perm(tr, len(tr.attr("perm") or []) or (graph.shape(tr.inputs[0]) and len(graph.shape(tr.inputs[0]))) or None)
-                if p is None or not walker.pays(tr, p):
-                    break
-                reader = walker.sole_reader(tr.outputs[0])
-                if reader.op_type == "Transpose":
-                    break  # chains merges the two
-                moved = push(graph, ctx, tr, p, walker)
-                if moved is tr:
-                    break
-                tr = moved
-                pushed += 1
-                steps += 1
-        return PassResult(pushed > 0, {"pushed": pushed})
+        cancelled = cancel_inverse_readers(graph) + drop_layout_only(graph, ctx)
+        for first in graph.nodes("Transpose"):
+            if not graph.has_node(first) or first.domain not in ("", "ai.onnx"):
+                continue
+            p = _perm(first, len(first.attr("perm") or []) or None)
+            if p is None or not walker.pays(first, p):
+                continue
+            for tr in split_readers(graph, first, p):
+                steps = 0
+                while tr is not None and graph.has_node(tr) and steps < MAX_WALK:
+                    reader = walker.sole_reader(tr.outputs[0])
+                    if reader is None or reader.op_type == "Transpose":
+                        break  # chains merges the two
+                    moved = push(graph, ctx, tr, p, walker)
+                    if moved is tr:
+                        break
+                    pushed += 1
+                    steps += 1
+                    tr = moved
+                    if tr is not None:
+                        p = _perm(tr, None)
+                        if len(walker.readers(tr.outputs[0]) or []) > 1 and walker.pays(tr, p):
+                            tr = split_readers(graph, tr, p)[0]  # the other branches move on the next run
+        return PassResult(pushed + cancelled > 0, {"pushed": pushed, "cancelled": cancelled})
+
+
+def split_readers(graph: Graph, tr: Node, p: list[int]) -> list[Node]:
+    """One Transpose per reader of ``tr`` (so each branch of a fan-out moves on its own)."""
+    readers = list({u.id: u for u, _ in graph.uses(tr.outputs[0])}.values())
+    if len(readers) <= 1 or graph.is_output(tr.outputs[0]):
+        return [tr]
+    copies = []
+    for reader in readers:
+        copy = graph.add_node("Transpose", [tr.inputs[0]], 1, {"perm": p}, name=tr.name, near=tr)
+        for slot, value in enumerate(reader.inputs):
+            if value == tr.outputs[0]:
+                graph.set_input(reader, slot, copy.outputs[0])
+        copies.append(copy)
+    graph.remove_nodes([tr])
+    return copies
+
+
+def drop_layout_only(graph: Graph, ctx: PassContext) -> int:
+    """A Transpose that keeps the order of the elements (it moves only size-1 axes: the
+    [N, 1, 1, C] → [N, C, 1, 1] after a channels-last global pool) read only by a Flatten or a
+    Reshape to a constant shape without 0s: the reader gives the same tensor from its input."""
+    dropped = 0
+    for tr in graph.nodes("Transpose"):
+        if not graph.has_node(tr) or tr.domain not in ("", "ai.onnx") or tr.attr("perm") is None:
+            continue
+        readers = {u.id: u for u, _ in graph.uses(tr.outputs[0])}
+        if len(readers) != 1 or graph.is_output(tr.outputs[0]):
+            continue
+        reader = next(iter(readers.values()))
+        perm = [int(v) for v in tr.attr("perm")]
+        out = graph.shape(tr.outputs[0]) or ctx.shapes.dims(graph, tr.outputs[0])
+        if out is None or len(out) != len(perm):
+            continue
+        big = [perm[i] for i, d in enumerate(out) if d != 1]
+        if any(not isinstance(d, int) for i, d in enumerate(out) if perm[i] != i) or big != sorted(big):
+            continue
+        if reader.op_type == "Flatten" and reader.domain in ("", "ai.onnx"):
+            axis = int(reader.attr("axis", 1))
+            shape_in = [None] * len(perm)
+            for i, src in enumerate(perm):
+                shape_in[src] = out[i]
+            if axis < 0 or any(not isinstance(d, int) for d in out[:axis] + shape_in[:axis]) or \
+                    int(np.prod(out[:axis], dtype=np.int64)) != int(np.prod(shape_in[:axis], dtype=np.int64)):
+                continue
+        elif reader.op_type == "Reshape" and reader.domain in ("", "ai.onnx") and reader.inputs[0] == tr.outputs[0]:
+            target = _ints(graph, reader.inputs[1]) if len(reader.inputs) > 1 else None
+            if target is None or 0 in target:
+                continue
+        else:
+            continue
+        graph.set_input(reader, 0, tr.inputs[0])
+        graph.remove_nodes([tr])
+        dropped += 1
+    return dropped
+
+
+def cancel_inverse_readers(graph: Graph) -> int:
+    """``Transpose(Transpose(x, p), inverse of p)`` among several readers of the first: that reader
+    reads x (the first Transpose stays for its other readers). ``merge-chains`` does the
+    single-reader case; this is what lets a layout change cancel at a fan-out (a residual)."""
+    cancelled = 0
+    for tr in graph.nodes("Transpose"):
+        if not graph.has_node(tr) or tr.domain not in ("", "ai.onnx") or tr.attr("perm") is None:
+            continue
+        p = [int(v) for v in tr.attr("perm")]
+        for reader, _ in list(graph.uses(tr.outputs[0])):
+            if reader.op_type != "Transpose" or reader.domain not in ("", "ai.onnx") or reader.attr("perm") is None:
+                continue
+            q = [int(v) for v in reader.attr("perm")]
+            if len(q) != len(p) or [p[i] for i in q] != list(range(len(p))) or graph.is_output(reader.outputs[0]):
+                continue
+            graph.replace_all_uses(reader.outputs[0], tr.inputs[0])
+            graph.remove_nodes([reader])
+            cancelled += 1
+        if graph.has_node(tr) and not graph.uses(tr.outputs[0]) and not graph.is_output(tr.outputs[0]):
+            graph.remove_nodes([tr])
+    return cancelled

@@ -52,6 +52,32 @@ def float_cnn(path: str, seed: int = 0) -> str:
     return path
 
 
+def float_resnet(path: str, seed: int = 0) -> str:
+    """A ResNet-style stem and block: Conv → Relu → MaxPool → (Conv → Relu → Conv) + skip → Relu →
+    GlobalAveragePool → Flatten → Gemm (what a channels-last layout converts end to end)."""
+    rng = np.random.default_rng(seed)
+
+    def w(name, *shape, scale=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), n("Relu", ["c1"], ["r1"]),
+             n("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+             n("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]), n("Relu", ["c2"], ["r2"]),
+             n("Conv", ["r2", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1]), n("Add", ["c3", "p1"], ["s"]),
+             n("Relu", ["s"], ["r3"]), n("GlobalAveragePool", ["r3"], ["g"]), n("Flatten", ["g"], ["f"]),
+             n("Gemm", ["f", "fc", "fcb"], ["y"], transB=1)]
+    inits = [w("w1", 8, 3, 3, 3), w("b1", 8), w("w2", 8, 8, 3, 3), w("b2", 8), w("w3", 8, 8, 3, 3), w("b3", 8),
+             w("fc", 10, 8), w("fcb", 10)]
+    graph = helper.make_graph(nodes, "qresnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    proto.ir_version = 8
+    onnx.checker.check_model(proto, full_check=True)
+    onnx.save(proto, path)
+    return path
+
+
 class _Reader:
     def __init__(self, count: int = 4, seed: int = 1):
         rng = np.random.default_rng(seed)
@@ -61,12 +87,13 @@ class _Reader:
         return next(self.feeds, None)
 
 
-def quantized_cnn(folder: str, per_channel: bool = False, activations: str = "uint8") -> str:
-    """The float CNN through ``onnxruntime.quantization.quantize_static`` (QDQ format)."""
+def quantized_cnn(folder: str, per_channel: bool = False, activations: str = "uint8", resnet: bool = False) -> str:
+    """The float CNN (or ResNet block) through ``onnxruntime.quantization.quantize_static`` (QDQ format)."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-    src = float_cnn(os.path.join(folder, "float_cnn.onnx"))
-    dst = os.path.join(folder, f"qdq_cnn_{'pc' if per_channel else 'pt'}_{activations}.onnx")
+    name = "resnet" if resnet else "cnn"
+    src = (float_resnet if resnet else float_cnn)(os.path.join(folder, f"float_{name}.onnx"))
+    dst = os.path.join(folder, f"qdq_{name}_{'pc' if per_channel else 'pt'}_{activations}.onnx")
     if not os.path.exists(dst):
         quantize_static(src, dst, _Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
                         activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8,

@@ -26,7 +26,8 @@ def qdq_paths(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("qdq"))
     return {"pt": qdq_models.quantized_cnn(folder, per_channel=False),
             "pc": qdq_models.quantized_cnn(folder, per_channel=True),
-            "s8": qdq_models.quantized_cnn(folder, per_channel=False, activations="int8")}
+            "s8": qdq_models.quantized_cnn(folder, per_channel=False, activations="int8"),
+            "resnet": qdq_models.quantized_cnn(folder, per_channel=True, resnet=True)}
 
 
 def _session(proto_or_path, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL, optimized: str | None = None):
@@ -82,6 +83,27 @@ def test_level2_ort_gives_the_kernels_and_outputs_of_ort_extended(qdq_paths, kin
     for a, b, ref in zip(ours, theirs, reference):
         assert np.array_equal(a, b)  # the same integer kernels onnxruntime's own fusion runs
         assert np.all(np.abs(a - ref) <= 0.01 + 0.01 * np.abs(ref))  # ORT's QDQ tests' tolerance
+
+
+def test_channels_last_layout_on_a_resnet_block_runs_what_ort_all_runs(qdq_paths):
+    path = qdq_paths["resnet"]
+    optimized, report, _ = optimize(io.load(path), level=2, target="ort")
+    nodes = to_onnx(optimized).graph.node
+    convs = [n for n in nodes if n.op_type == "QLinearConv"]
+    assert len(convs) == 3 and all(n.domain == "com.microsoft" for n in convs)
+    assert sum(n.op_type == "NhwcMaxPool" for n in nodes) == 1
+    assert sum(n.op_type == "Transpose" for n in nodes) == 1  # the entry; the exit vanished into Flatten
+    feeds = qdq_models.feeds()
+    for a, b in zip(_run(optimized, feeds), _run(path, feeds, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)):
+        assert np.array_equal(a, b)
+
+
+def test_channels_last_refused_where_transposes_would_stay(qdq_paths):
+    """The shuffle (Reshape/Transpose/Reshape) and Concat between convolutions keep NCHW."""
+    optimized, report, ctx = optimize(io.load(qdq_paths["pt"]), level=2, target="ort")
+    assert report.passes["ort-qdq-nhwc"].stats.get("refused") == 1
+    assert any("channels-last layout refused" in note for note in ctx.notes)
+    assert all(n.domain == "" for n in to_onnx(optimized).graph.node if n.op_type == "QLinearConv")
 
 
 def test_target_onnx_level2_keeps_qdq(qdq_paths):
