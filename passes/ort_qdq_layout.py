@@ -17,9 +17,12 @@ with one output, storage_order 0 and 2-D kernel; ``QLinearGlobalAveragePool`` / 
 output or over float. Weights keep their OIHW layout (the NHWC kernel reads them so).
 
 The change is tried first on a copy of the graph (with push-transposes, merge-chains, eliminate and
-DCE until nothing moves): when more than two Transposes would stay (a region's entry and exit —
+DCE until nothing moves): when more than one Transpose would be added (a region's exit as well as its entry —
 a channel shuffle, a Concat or a float op between convolutions keeps a pair each), the graph
 stays in NCHW and the report's notes say so; the kernels are then the ones ORT's extended level runs.
+One Transpose is allowed: the entry an NCHW graph input needs (its exit vanishes into the Flatten
+after a global pool), so a torchvision QDQ CNN ends one node above ORT extended's count and ~1/3
+faster (resnet18_qdq 35 nodes vs 34; ORT's own "all" level: 36).
 """
 
 from __future__ import annotations
@@ -69,8 +72,8 @@ class OrtQdqNhwc(Pass):
         if added > MAX_ADDED:
             refused[id(graph)] = len(plan)
             ctx._nhwc_refused = refused
-            ctx.notes.append(f"ort-qdq-nhwc: channels-last layout refused: {added} Transposes would stay "
-                             f"(more than {MAX_ADDED}: an entry and an exit)")
+            ctx.notes.append(f"ort-qdq-nhwc: channels-last layout refused: it would add {added} nodes "
+                             f"(more than {MAX_ADDED}, the entry Transpose)")
             return PassResult(False, {"converted": 0, "refused": 1})
         apply(graph, ctx, plan)
         return PassResult(True, {"converted": len(plan)})
@@ -115,7 +118,7 @@ class OrtQdqNhwc(Pass):
         return len(copy) - before
 
 
-MAX_ADDED = 2  # a converted region's entry and exit Transposes
+MAX_ADDED = 1  # the entry Transpose an NCHW graph input needs; anything more stays NCHW
 
 
 def apply(graph: Graph, ctx: PassContext | None, plan: list[tuple[int, str, dict]]) -> None:
