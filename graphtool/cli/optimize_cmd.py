@@ -185,6 +185,9 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
     if found is not None:
         click.echo(f"inputs: {found.how} ({found.attempts} attempt{'s' if found.attempts != 1 else ''}, "
                    f"{found.extra_seconds:.2f} s searching)")
+    if verification is not None:
+        for i, label in enumerate(verification.sets, 1):
+            click.echo(f"  set {i}: {label}")
     click.echo(f"wrote {output}")
     if comparison is not None:
         click.echo("")

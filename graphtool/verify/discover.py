@@ -33,6 +33,7 @@ import onnx
 from onnx import numpy_helper
 
 from graphtool.errors import ModelDoesNotRun
+from graphtool.verify.dims import DimModel, InputSpec, analyse
 
 LADDER = (1, 4, 8, 16, 32, 64, 128, 224, 256, 320, 512, 640, 1024)
 MAX_ELEMENTS = 1 << 24  # per input, for a discovery attempt (64 MB of float32)
@@ -44,19 +45,14 @@ _BATCH_NAMES = {"n", "b", "bs", "batch", "batch_size", "batchsize", "batch_dim",
 
 
 @dataclass
-class InputSpec:
-    """One graph input as onnxruntime declares it: dims are ints or symbol names (None = unnamed)."""
-
-    name: str
-    ort_type: str
-    dims: list[int | str | None]
-
-
-@dataclass
 class InputSet:
     feeds: dict[str, np.ndarray]
     label: str  # e.g. "seed 0, sequence=128, sr=16000"
     outputs: dict[str, Any] | None = None  # the original's outputs on these feeds, once run
+
+    @property
+    def shapes(self) -> dict[str, list[int]]:
+        return {k: list(np.shape(v)) for k, v in self.feeds.items()}
 
 
 @dataclass
@@ -74,7 +70,8 @@ class Discovery:
         return {"how": self.how, "attempts": self.attempts, "seconds": round(self.seconds, 3),
                 "extra_seconds": round(self.extra_seconds, 3),
                 "sets": [s.label for s in self.sets],
-                "shapes": {k: list(v.shape) for k, v in (self.sets[0].feeds.items() if self.sets else [])}}
+                "shapes": self.sets[0].shapes if self.sets else {},
+                "set_shapes": [s.shapes for s in self.sets]}
 
 
 # --------------------------------------------------------------------------- evidence in the graph
@@ -228,8 +225,10 @@ def shape_plan(inputs: list[InputSpec], size: int, batch: int, fixed: dict[str, 
 
 
 def make_feeds(inputs: list[InputSpec], shapes: dict[str, list[int]], seed: int,
-               values: dict[str, Any], bounds: dict[str, int]) -> dict[str, np.ndarray]:
-    """Seeded random arrays of the declared dtypes; ``values`` fill whole inputs with one value."""
+               values: dict[str, Any], bounds: dict[str, int],
+               arrays: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Seeded random arrays of the declared dtypes; ``values`` fill whole inputs with one value,
+    ``arrays`` give whole inputs (a KV cache's mask and positions)."""
     from graphtool.runtime import ORT_TYPES
 
     rng = np.random.default_rng(seed)
@@ -237,7 +236,9 @@ def make_feeds(inputs: list[InputSpec], shapes: dict[str, list[int]], seed: int,
     for spec in inputs:
         dtype = ORT_TYPES[spec.ort_type]
         shape = shapes[spec.name]
-        if spec.name in values:
+        if arrays and spec.name in arrays:
+            feeds[spec.name] = arrays[spec.name]
+        elif spec.name in values:
             feeds[spec.name] = np.full(shape, values[spec.name], dtype=dtype if dtype is not np.str_ else object)
         elif dtype is np.str_:
             feeds[spec.name] = rng.integers(0, 4, size=shape).astype(str).astype(object)
@@ -261,28 +262,92 @@ def _free_dims(inputs: list[InputSpec], fixed: dict[str, list[int]]) -> bool:
 # --------------------------------------------------------------------------- the search
 
 
+REALISTIC_SECONDS = 20.0  # an input set at a size people run is skipped when it would take longer
+
+
+def role_arrays(dm: DimModel, inputs: list[InputSpec], shapes: dict[str, list[int]], sizes: dict[str, int],
+                fixed: dict[str, list[int]]) -> dict[str, np.ndarray]:
+    """Whole inputs a generative model's interface fixes: masks of ones, positions P .. P+S-1."""
+    from graphtool.runtime import ORT_TYPES
+
+    past, new = dm.values(sizes)
+    arrays: dict[str, np.ndarray] = {}
+    for spec in inputs:
+        if spec.name in fixed or spec.ort_type not in ORT_TYPES or ORT_TYPES[spec.ort_type] is np.str_:
+            continue
+        dtype, shape = ORT_TYPES[spec.ort_type], shapes[spec.name]
+        if spec.name in dm.masks:
+            arrays[spec.name] = np.ones(shape, dtype=dtype)
+        elif spec.name in dm.positions and shape and np.issubdtype(dtype, np.integer):
+            count = shape[-1]
+            start = past if count == new else max(0, count - new)  # positions of the new tokens
+            arrays[spec.name] = np.broadcast_to(np.arange(start, start + count, dtype=dtype), shape).copy()
+    return arrays
+
+
+@dataclass
+class _Plan:
+    """One input set's shapes before its random values are drawn."""
+
+    how: str
+    shapes: dict[str, list[int]]
+    arrays: dict[str, np.ndarray]
+    rung: int
+
+
+def _plan(dm: DimModel, inputs: list[InputSpec], fixed: dict[str, list[int]], mode: str, rung: int, how: str) -> _Plan:
+    sizes = dm.sizes(mode, rung)
+    shapes = {s.name: list(fixed[s.name]) if s.name in fixed else dm.shape(s, sizes) for s in inputs}
+    return _Plan(how, shapes, role_arrays(dm, inputs, shapes, sizes, fixed), rung)
+
+
 def _candidates(inputs: list[InputSpec], model: onnx.ModelProto, fixed: dict[str, list[int]],
-                dim_default: int) -> Iterable[tuple[str, int, int]]:
-    """(how, size, batch) in the order they are tried: defaults, metadata, then the ladder."""
-    yield "defaults", dim_default, dim_default
+                dim_default: int, dm: DimModel) -> Iterable[_Plan]:
+    """Where the search tries the model, in order: defaults, metadata, then the ladder."""
+    yield _plan(dm, inputs, fixed, "defaults", dim_default, "defaults")
     if not _free_dims(inputs, fixed):
         return
-    tried = {(dim_default, dim_default)}
+    tried = {dim_default}
     for size in metadata_sizes(model):
-        if (size, 1) not in tried:
-            tried.add((size, 1))
-            yield "model metadata (imgsz)", size, 1
+        if size not in tried:
+            tried.add(size)
+            yield _plan(dm, inputs, fixed, "defaults", size, "model metadata (imgsz)")
     for size in LADDER:
-        if (size, 1) not in tried:
-            tried.add((size, 1))
-            yield "size ladder", size, 1
+        if size not in tried:
+            tried.add(size)
+            yield _plan(dm, inputs, fixed, "defaults", size, "size ladder")
 
 
 def describe(shapes: dict[str, list[int]], inputs: list[InputSpec], values: dict[str, Any]) -> str:
+    """The shapes of an input set's inputs with free dims (of all inputs when none has one)."""
     free = [f"{s.name}={'x'.join(map(str, shapes[s.name]))}" for s in inputs
             if any(not (isinstance(d, int) and d >= 0) for d in s.dims)]
+    if not free:
+        free = [f"{s.name}={'x'.join(map(str, shapes[s.name])) or 'scalar'}" for s in inputs[:8]]
+        free += [f"+{len(inputs) - 8} more"] if len(inputs) > 8 else []
     vals = [f"{k}={v}" for k, v in values.items()]
     return ", ".join(free + vals)
+
+
+class _Search:
+    """The state one discovery shares between its attempts and its extra sets."""
+
+    def __init__(self, inputs: list[InputSpec], run: Any, seed: int, bounds: dict[str, int],
+                 clock: Any) -> None:
+        self.inputs, self.run, self.seed, self.bounds, self.clock = inputs, run, seed, bounds, clock
+        self.failed_seconds = 0.0
+        self.notes: list[str] = []
+
+    def attempt(self, plan: _Plan, values: dict[str, Any], seed: int, label: str) -> tuple[InputSet | None, str]:
+        feeds = make_feeds(self.inputs, plan.shapes, seed, values, self.bounds, plan.arrays)
+        before = self.clock()
+        try:
+            outputs = self.run(feeds)
+        except Exception as err:  # noqa: BLE001 - the model's own failure, kept for the report
+            self.failed_seconds += self.clock() - before
+            return None, ort_reason(err)
+        text = describe(plan.shapes, self.inputs, values)
+        return InputSet(feeds, f"seed {seed}, {label}{': ' + text if text else ''}".rstrip(", :"), outputs), ""
 
 
 def discover(model: onnx.ModelProto, run: Any, inputs: list[InputSpec], seed: int = 0,
@@ -299,30 +364,34 @@ def discover(model: onnx.ModelProto, run: Any, inputs: list[InputSpec], seed: in
     found_values = {k: v for k, v in compared_values(model, inputs).items() if k not in user_values}
     bounds = id_bounds(model, inputs)
     value_sets = _value_sets(user_values, found_values)
+    dm = analyse(model if model.graph.node else None, inputs, fixed)
+    search = _Search(inputs, run, seed, bounds, clock)
     failures: list[str] = []
     attempts = 0
-    for how, size, batch in _candidates(inputs, model, fixed, dim_default):
-        shapes = shape_plan(inputs, size, batch, fixed)
-        if _elements(shapes) > MAX_ELEMENTS:
+    for plan in _candidates(inputs, model, fixed, dim_default, dm):
+        if _elements(plan.shapes) > MAX_ELEMENTS:
             continue
         attempts += 1
-        feeds = make_feeds(inputs, shapes, seed, value_sets[0], bounds)
         before = clock()
-        try:
-            outputs = run(feeds)
-        except Exception as err:  # noqa: BLE001 - the model's own failure, kept for the report
-            failures.append(f"{describe(shapes, inputs, value_sets[0])}: {ort_reason(err)}")
+        first, reason = search.attempt(plan, value_sets[0], seed, "first set found")
+        if first is None:
+            failures.append(f"{describe(plan.shapes, inputs, value_sets[0])}: {reason}")
             if clock() - start > budget:
                 break
             continue
-        sets = [InputSet(feeds, f"seed {seed}, {describe(shapes, inputs, value_sets[0])}".rstrip(", "), outputs)]
-        sets += _more_sets(inputs, shapes, seed, value_sets, bounds, run, fixed, size, batch, how)
-        evidence = how if how != "defaults" else "declared shapes, free dims = 2"
+        first_seconds = clock() - before
+        first.label = first.label.replace("first set found", "defaults" if plan.how == "defaults" else plan.how)
+        sets = [first] + _more_sets(search, dm, plan, fixed, value_sets, first_seconds)
+        evidence = plan.how if plan.how != "defaults" else "declared shapes, free dims = 2"
+        roles = dm.describe()
+        if roles:
+            evidence += f"; {roles}"
         if found_values:
             evidence += "; values compared in the graph: " + ", ".join(
                 f"{k} ∈ {{{', '.join(map(str, v))}}}" for k, v in found_values.items())
         if user_values:
             evidence += "; values given: " + ", ".join(f"{k}={v}" for k, v in user_values.items())
+        evidence += "".join(f"; {n}" for n in search.notes)
         return Discovery(sets, evidence, attempts, clock() - start, before - start, failures)
     raise ModelDoesNotRun(
         "the original model fails in onnxruntime on every input set tried "
@@ -341,37 +410,90 @@ def _value_sets(user: dict[str, list[Any]], found: dict[str, list[Any]]) -> list
     return [{k: v[i % len(v)] for k, v in merged.items()} for i in range(count)]
 
 
-def _more_sets(inputs: list[InputSpec], shapes: dict[str, list[int]], seed: int, value_sets: list[dict[str, Any]],
-               bounds: dict[str, int], run: Any, fixed: dict[str, list[int]], size: int, batch: int,
-               how: str) -> list[InputSet]:
-    """The extra sets verification also runs: each further branch value, and a second seed at
-    another size where the model accepts one (else at the same size)."""
+def _tie_from_error(dm: DimModel, sizes: dict[str, int], reason: str) -> bool:
+    """A refusal that names two of the distinct sizes ("3 by 5") shows a tie the graph analysis
+    missed: put those classes together. True when something was tied."""
+    numbers = {int(n) for n in re.findall(r"(?<![\w.])(\d+)(?![\w.])", reason)}
+    named = [c for c, v in sizes.items() if v in numbers and v > 1 and c not in dm.pinned]
+    by_size: dict[int, list[str]] = {}
+    for c in named:
+        by_size.setdefault(sizes[c], []).append(c)
+    if len(by_size) < 2:
+        return False
+    keep, *rest = sorted(by_size, key=lambda v: (dm.order.index(by_size[v][0])))
+    target = by_size[keep][0]
+    for v in rest:
+        for c in by_size[v]:
+            for k, cc in list(dm.cls.items()):
+                if cc == c:
+                    dm.cls[k] = target
+            dm.order.remove(c)
+    return True
+
+
+def _more_sets(search: _Search, dm: DimModel, found: _Plan, fixed: dict[str, list[int]],
+               value_sets: list[dict[str, Any]], first_seconds: float) -> list[InputSet]:
+    """The sets verification runs beside the first: every free dim its own size (distinct), a size
+    people run (realistic), a KV cache's prefill (P = 0) and decode step (S = 1), each further
+    branch value, and a second seed where nothing else adds a set."""
+    inputs, seed = search.inputs, search.seed
     extra: list[InputSet] = []
-    for values in value_sets[1:]:
-        feeds = make_feeds(inputs, shapes, seed, values, bounds)
-        try:
-            outputs = run(feeds)
-        except Exception:  # noqa: BLE001 - this branch value does not run: keep the others
-            continue
-        extra.append(InputSet(feeds, f"seed {seed}, {describe(shapes, inputs, values)}".rstrip(", "), outputs))
-    if _free_dims(inputs, fixed):
-        larger = [s for s in LADDER if s > size][:2]
-        for other in larger:
-            other_shapes = shape_plan(inputs, other, batch, fixed)
-            if _elements(other_shapes) > MAX_ELEMENTS:
+    free = _free_dims(inputs, fixed)
+    base = found
+    if free:
+        plan = _plan(dm, inputs, fixed, "distinct", found.rung, "distinct dims")
+        for _ in range(2):
+            if plan.shapes == found.shapes or _elements(plan.shapes) > MAX_ELEMENTS:
                 break
-            feeds = make_feeds(inputs, other_shapes, seed + 1, value_sets[0], bounds)
-            try:
-                outputs = run(feeds)
-            except Exception:  # noqa: BLE001 - the model accepts only some sizes
-                continue
-            extra.append(InputSet(feeds, f"seed {seed + 1}, {describe(other_shapes, inputs, value_sets[0])}", outputs))
-            return extra
-    feeds = make_feeds(inputs, shapes, seed + 1, value_sets[0], bounds)
-    try:
-        extra.append(InputSet(feeds, f"seed {seed + 1}, same shapes", run(feeds)))
-    except Exception:  # noqa: BLE001 - random values this seed drew are not valid for the model
-        pass
+            got, reason = search.attempt(plan, value_sets[0], seed + 1, "distinct dims")
+            if got is not None:
+                extra.append(got)
+                base = plan
+                break
+            sizes = dm.sizes("distinct", found.rung)
+            if not _tie_from_error(dm, sizes, reason):
+                search.notes.append(f"distinct dims refused by the model ({reason[:120]})")
+                break
+            plan = _plan(dm, inputs, fixed, "distinct", found.rung, "distinct dims")
+        real = _plan(dm, inputs, fixed, "realistic", max(found.rung, 1), "realistic size")
+        grow = _elements(real.shapes) / max(_elements(found.shapes), 1)
+        if real.shapes not in (found.shapes, base.shapes) and _elements(real.shapes) <= MAX_ELEMENTS and \
+                first_seconds * grow <= REALISTIC_SECONDS:
+            got, reason = search.attempt(real, value_sets[0], seed + 2, "realistic size")
+            if got is not None:
+                extra.append(got)
+            else:
+                search.notes.append(f"realistic size refused ({reason[:120]})")
+        if dm.kv_cache:
+            mode_base = "distinct" if base is not found else "defaults"
+            for mode, label in (("prefill", "prefill, past length 0"), ("decode", "decode step, 1 new token")):
+                sizes = dm.sizes(mode if mode_base == "distinct" else "defaults", found.rung)
+                if mode_base == "defaults":
+                    sizes.update({c: v for c, v in dm.sizes(mode, found.rung).items()
+                                  if dm.kinds.get(c) in (("past",) if mode == "prefill" else ("sequence",))})
+                shapes = {s.name: list(fixed[s.name]) if s.name in fixed else dm.shape(s, sizes) for s in inputs}
+                plan = _Plan(label, shapes, role_arrays(dm, inputs, shapes, sizes, fixed), found.rung)
+                got, reason = search.attempt(plan, value_sets[0], seed + 3, label)
+                if got is not None:
+                    extra.append(got)
+                elif mode == "decode":
+                    search.notes.append(f"{label} refused ({reason[:120]})")
+    for values in value_sets[1:]:
+        got, _ = search.attempt(found, values, seed, "branch value")
+        if got is not None:
+            extra.append(got)
+    if not extra:
+        if free:  # the model accepts only some sizes: a larger rung, as the ladder would try it
+            for other in [s for s in LADDER if s > found.rung][:2]:
+                plan = _plan(dm, inputs, fixed, "defaults", other, "larger size")
+                if _elements(plan.shapes) > MAX_ELEMENTS:
+                    break
+                got, _ = search.attempt(plan, value_sets[0], seed + 1, "larger size")
+                if got is not None:
+                    return [got]
+        got, _ = search.attempt(found, value_sets[0], seed + 1, "same shapes")
+        if got is not None:
+            extra.append(got)
     return extra
 
 
