@@ -101,18 +101,18 @@ class DimModel:
             realistic = mode == "realistic"
             step = max(rung, 1)
             pools = {
-                "batch": [1] if realistic else ([2] if rung <= 2 else [1]) + list(_PRIMES),
                 "image": (list(range(max(224, rung), 8192, 32)) if realistic else
                           list(_IMAGE) if rung <= 2 else [step << k for k in range(12)]),
                 "other": (list(range(max(16, rung), 1 << 20, 8)) if realistic else
                           list(_PRIMES) if rung <= 2 else [step * k for k in range(1, 200)]),
             }
-            used: set[int] = set(self.pinned.values())
+            used: set[int] = set(self.pinned.values()) | ({1 if realistic or rung > 2 else 2} if
+                                                           "batch" in self.kinds.values() else set())
             for c in self.order:
                 kind = self.kinds.get(c, "other")
                 pool = pools.get(kind, pools["other"])
-                if kind == "batch" and realistic:
-                    sizes[c] = 1
+                if kind == "batch":  # one batch: the batch dims of two inputs are one batch in every export
+                    sizes[c] = 1 if realistic or rung > 2 else 2
                     continue
                 size = next((v for v in pool if v not in used), pool[-1])
                 used.add(size)

@@ -418,7 +418,7 @@ def _tie_from_error(dm: DimModel, sizes: dict[str, int], reason: str) -> bool:
     by_size: dict[int, list[str]] = {}
     for c in named:
         by_size.setdefault(sizes[c], []).append(c)
-    if len(by_size) < 2:
+    if len(by_size) != 2:  # three sizes in one message (a reshape's shapes) do not say which two are one
         return False
     keep, *rest = sorted(by_size, key=lambda v: (dm.order.index(by_size[v][0])))
     target = by_size[keep][0]

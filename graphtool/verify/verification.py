@@ -21,6 +21,7 @@ from graphtool.errors import ModelDoesNotRun
 from graphtool.ir.model import Model
 from graphtool.ir.to_onnx import to_onnx
 from graphtool.runtime import ORT_TYPES, Source, make_session, source_of
+from graphtool.verify import tolerance
 from graphtool.verify.coverage import Coverage, Site, instrument, record, strip_markers, unverified_rewrites
 from graphtool.verify.discover import Discovery, InputSet, InputSpec, discover, make_feeds, ort_reason, shape_plan
 
@@ -35,9 +36,14 @@ class OutputDiff:
     max_rel: float
     ok: bool
     reason: str = ""
+    rtol: float | None = None  # set when this output's dtype chose its tolerance
+    atol: float | None = None
+    dtype: str | None = None  # the dtype that set them (float16, bfloat16)
+    noise: float | None = None  # the original's own max abs difference between ORT levels, when measured
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "max_abs": self.max_abs, "max_rel": self.max_rel, "ok": self.ok, "reason": self.reason}
+        return {"name": self.name, "max_abs": self.max_abs, "max_rel": self.max_rel, "ok": self.ok, "reason": self.reason,
+                "rtol": self.rtol, "atol": self.atol, "tolerance_from": self.dtype, "original_noise": self.noise}
 
 
 @dataclass
@@ -66,15 +72,29 @@ class Verification:
                 "coverage": self.coverage.as_dict() if self.coverage else None,
                 "unverified": self.unverified}
 
+    def _tolerances(self, outputs: list[OutputDiff]) -> str:
+        """``rtol=.., atol=..`` and, for outputs whose dtype set theirs, which dtype and what."""
+        text = f"rtol={self.rtol:g}, atol={self.atol:g}"
+        by_dtype = {o.dtype: o for o in outputs if o.dtype}
+        for dtype, o in by_dtype.items():
+            text += f"; {dtype} outputs: rtol={o.rtol:.2g}, atol={o.atol:.2g} from the dtype"
+        noisy = [o for o in outputs if o.noise]
+        if noisy:
+            worst = max(noisy, key=lambda o: o.noise or 0.0)
+            text += (f"; within {tolerance.NOISE_FACTOR:g}x the original's own difference between ORT levels off and "
+                     f"all on {len(noisy)} output{'s' if len(noisy) != 1 else ''} (up to {worst.noise:.3g})")
+        return text
+
     def summary(self) -> str:
         sets = f" on {len(self.sets)} input set{'s' if len(self.sets) != 1 else ''}" if self.sets else ""
         bad = [o for o in self.outputs if not o.ok]
         if not bad:
-            text = f"outputs equal{sets} (max abs diff {self.max_abs:.3g}; rtol={self.rtol:g}, atol={self.atol:g})"
+            text = f"outputs equal{sets} (max abs diff {self.max_abs:.3g}; {self._tolerances(self.outputs)})"
             covered = self.coverage.summary() if self.coverage else ""
             return text + (f"; {covered}" if covered else "")
         o = bad[0]
-        return f"output '{o.name}' differs{sets}: {o.reason or f'max abs {o.max_abs:.3g}, max rel {o.max_rel:.3g}'} (rtol={self.rtol:g}, atol={self.atol:g})"
+        return (f"output '{o.name}' differs{sets}: {o.reason or f'max abs {o.max_abs:.3g}, max rel {o.max_rel:.3g}'} "
+                f"({self._tolerances([o])})")
 
 
 def compare_arrays(name: str, ref: Any, got: Any, rtol: float = RTOL, atol: float = ATOL) -> OutputDiff:
@@ -300,18 +320,28 @@ def verify(original: Model, rewritten: Model, seed: int = 0, input_shapes: dict[
     new_names = [o.name for o in new_sess.get_outputs()]
     accepted = {i.name for i in new_sess.get_inputs()} | {i.name for i in new_sess.get_overridable_initializers()}
     worst: dict[str, OutputDiff] = {}
+    inside = tolerance.low_precision_inside(original)
+    noisy = _NoiseFloor(original, original_path)
     for s, ref_out in zip(input_sets, expected):
         try:
             new_out = dict(zip(new_names, new_sess.run(None, {k: v for k, v in s.feeds.items() if k in accepted})))
         except Exception as err:  # noqa: BLE001 - a rewrite that breaks the model is a mismatch, not a crash
-            worst["(run)"] = OutputDiff("(run)", float("inf"), float("inf"), False,
-                                        f"the rewritten model fails in onnxruntime on {s.label}: {ort_reason(err)}")
+            if "(run)" not in worst:  # the first set that fails names it (the smallest, the one to debug)
+                worst["(run)"] = OutputDiff("(run)", float("inf"), float("inf"), False,
+                                            f"the rewritten model fails in onnxruntime on {s.label}: {ort_reason(err)}")
             continue
         for name, ref_value in ref_out.items():
             if name not in new_out:
                 diff = OutputDiff(name, float("inf"), float("inf"), False, "output missing from the rewritten model")
             else:
-                diff = compare_arrays(name, ref_value, new_out[name], rtol, atol)
+                o_rtol, o_atol, dtype = tolerance.for_output(ref_value, rtol, atol, inside)
+                diff = compare_arrays(name, ref_value, new_out[name], o_rtol, o_atol)
+                if dtype:
+                    diff.rtol, diff.atol, diff.dtype = o_rtol, o_atol, dtype
+                if not diff.ok and not diff.reason and np.isfinite(diff.max_abs):
+                    floor = noisy.of(s, name, ref_value)
+                    if floor and diff.max_abs <= tolerance.NOISE_FACTOR * floor:
+                        diff.ok, diff.noise = True, floor
             prev = worst.get(name)
             if prev is None or (prev.ok and not diff.ok) or (prev.ok == diff.ok and diff.max_abs > prev.max_abs):
                 worst[name] = diff
@@ -321,6 +351,28 @@ def verify(original: Model, rewritten: Model, seed: int = 0, input_shapes: dict[
     if coverage is not None and ref_proto is not None:
         coverage.unverified = unverified_rewrites(ref_proto, to_onnx(rewritten), coverage.sites)
     return result
+
+
+class _NoiseFloor:
+    """The original run with every ORT optimization on, opened only when a comparison failed: how
+    far the original moves itself between levels (graphtool.verify.tolerance)."""
+
+    def __init__(self, original: Model, original_path: str | None) -> None:
+        self.source: Model | str = original_path or original
+        self.session: Any = None
+        self.outputs: dict[int, dict[str, Any]] = {}
+
+    def of(self, s: InputSet, name: str, ref_value: Any) -> float:
+        if id(s) not in self.outputs:
+            try:
+                if self.session is None:
+                    self.session = make_session(self.source, level="all")
+                names = [o.name for o in self.session.get_outputs()]
+                self.outputs[id(s)] = dict(zip(names, self.session.run(None, s.feeds)))
+            except Exception:  # noqa: BLE001 - the original at level all fails: no floor, the check stands
+                self.outputs[id(s)] = {}
+        other = self.outputs[id(s)].get(name)
+        return tolerance.noise(ref_value, other) if other is not None else 0.0
 
 
 def find_inputs(model: Model, path: str | None = None, input_shapes: dict[str, list[int]] | None = None,
