@@ -89,6 +89,6 @@ def test_noise_floor_does_not_excuse_a_larger_change():
     original = _layer_norm_decomposed(3000.0)
     fused, _, _ = optimize(original, level=2, passes=["fuse-layer-norm"])
     (ln,) = fused.graph.nodes("LayerNormalization")
-    fused.graph.set_input(ln, 2, fused.graph.add_const(np.full(64, 0.2, np.float32)))  # bias 0.1 -> 0.2
+    fused.graph.set_input(ln, 2, fused.graph.add_initializer(np.full(64, 0.2, np.float32)))  # bias 0.1 -> 0.2
     result = verify(original, fused)
     assert not result.ok and result.outputs[0].max_abs > 0.09
