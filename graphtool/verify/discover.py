@@ -23,6 +23,7 @@ one shape. The report says how the inputs were found.
 from __future__ import annotations
 
 import ast
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -252,7 +253,16 @@ def make_feeds(inputs: list[InputSpec], shapes: dict[str, list[int]], seed: int,
 
 
 def _elements(shapes: dict[str, list[int]]) -> int:
-    return max((int(np.prod(s, dtype=np.int64)) for s in shapes.values()), default=0)
+    """The largest input's element count (Python ints: 2^62 x 2^62 does not wrap to 0)."""
+    return max((math.prod(int(d) for d in s) for s in shapes.values()), default=0)
+
+
+def _too_big(inputs: list[InputSpec], shapes: dict[str, list[int]]) -> str:
+    """The one line for an input whose declared (or given) shape is past what discovery builds."""
+    name, shape = max(shapes.items(), key=lambda kv: math.prod(int(d) for d in kv[1]))
+    return (f"input '{name}' has shape {'x'.join(map(str, shape))} ({math.prod(int(d) for d in shape):.3g} elements), "
+            f"too big for random inputs (limit {MAX_ELEMENTS:.3g} per input); give real inputs with --inputs FILE "
+            "or smaller ones with --input-shape NAME=DxD, or skip the check with --no-verify")
 
 
 def _free_dims(inputs: list[InputSpec], fixed: dict[str, list[int]]) -> bool:
@@ -368,8 +378,10 @@ def discover(model: onnx.ModelProto, run: Any, inputs: list[InputSpec], seed: in
     search = _Search(inputs, run, seed, bounds, clock)
     failures: list[str] = []
     attempts = 0
+    too_big = ""
     for plan in _candidates(inputs, model, fixed, dim_default, dm):
         if _elements(plan.shapes) > MAX_ELEMENTS:
+            too_big = too_big or _too_big(inputs, plan.shapes)
             continue
         attempts += 1
         before = clock()
@@ -393,6 +405,8 @@ def discover(model: onnx.ModelProto, run: Any, inputs: list[InputSpec], seed: in
             evidence += "; values given: " + ", ".join(f"{k}={v}" for k, v in user_values.items())
         evidence += "".join(f"; {n}" for n in search.notes)
         return Discovery(sets, evidence, attempts, clock() - start, before - start, failures)
+    if not attempts and too_big:
+        raise ModelDoesNotRun(too_big)
     raise ModelDoesNotRun(
         "the original model fails in onnxruntime on every input set tried "
         f"({attempts} attempt{'s' if attempts != 1 else ''}; first: {failures[0] if failures else 'none fit'}); "
