@@ -250,6 +250,9 @@ class PassManager:
             if result.changed:
                 changed = True
                 ctx.shapes.invalidate()
+                renamed = graph.unique_op_names()  # two nodes of one name: onnxruntime refuses the model
+                if renamed:
+                    result.stats["renamed-duplicate-node-names"] = result.stats.get("renamed-duplicate-node-names", 0) + renamed
                 if graph.parent is not None:
                     _refresh_owner(graph)
             if record is not None:

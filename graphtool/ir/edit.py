@@ -44,6 +44,37 @@ class GraphEdits:
     _in_order: bool
     _pristine: bool
 
+    def unique_op_names(self) -> int:
+        """Rename ops a pass made whose name another op of this graph already has (onnxruntime
+        refuses a graph with two nodes of one name); returns how many. Ops loaded from the file
+        keep theirs. O(ops): the pass manager calls it after every pass that changed the graph."""
+        data = self._node
+        owner: dict[str, int] = {}
+        clashes: list[int] = []
+        for by_type in self._by_type.values():
+            for i in by_type:
+                name = data[i].name
+                if not name:
+                    continue
+                j = owner.get(name)
+                if j is None:
+                    owner[name] = i
+                    continue
+                loaded_i, loaded_j = data[i].template is not None, data[j].template is not None
+                if loaded_i and loaded_j:
+                    continue  # both from the file: the model came that way, not ours to change
+                # a loaded op keeps its name; of two new ones, the older
+                keep, move = (i, j) if loaded_i or (not loaded_j and i < j) else (j, i)
+                owner[name] = keep
+                clashes.append(move)
+        for i in clashes:
+            base, k = data[i].name, 1
+            while f"{base}_{k}" in owner:
+                k += 1
+            data[i].name = f"{base}_{k}"
+            owner[data[i].name] = i
+        return len(clashes)
+
     def fresh_name(self, hint: str) -> str:
         """A value name not used in this graph or any enclosing one."""
         base = hint or "v"

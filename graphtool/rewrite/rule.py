@@ -70,6 +70,11 @@ class Rewrite:
     def add(self, op_type: str, inputs: list[str], outputs: int | list[str] = 1, attrs: dict[str, Any] | None = None,
             domain: str = "", suffix: str = "") -> Node:
         name = f"{self.name}/{suffix}" if suffix else self.name
+        if name and suffix:  # a replacement may add several nodes of one suffix (a "dim" per shape reader)
+            used = {n.name for n in self.added}
+            base, k = name, 1
+            while name in used:
+                name, k = f"{base}_{k}", k + 1
         node = self.graph.add_node(op_type, inputs, outputs, attrs or {}, domain=domain, name=name, near=self.near)
         self.added.append(node)
         return node

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from graphtool import io
-from graphtool.errors import ModelDoesNotRun
+from graphtool.errors import BadModel, ModelDoesNotRun
 from graphtool.ir.model import Model
 from graphtool.ir.to_onnx import to_onnx
 from graphtool.runtime import ORT_TYPES, Source, make_session, source_of
@@ -316,7 +316,13 @@ def verify(original: Model, rewritten: Model, seed: int = 0, input_shapes: dict[
     input_sets, coverage, expected, ref_proto = side.input_sets, side.coverage, side.expected, side.proto
     result = Verification(True, rtol, atol, sets=[s.label for s in input_sets], discovery=side.discovery,
                           coverage=coverage, input_sets=input_sets)
-    new_sess = make_session(rewritten)
+    try:
+        new_sess = make_session(rewritten)
+    except BadModel as err:  # a model graphtool wrote that onnxruntime refuses is a failed rewrite, not bad input
+        result.ok = False
+        result.outputs = [OutputDiff("(load)", float("inf"), float("inf"), False,
+                                     f"the rewritten model does not load in onnxruntime: {err}")]
+        return result
     new_names = [o.name for o in new_sess.get_outputs()]
     accepted = {i.name for i in new_sess.get_inputs()} | {i.name for i in new_sess.get_overridable_initializers()}
     worst: dict[str, OutputDiff] = {}

@@ -214,3 +214,95 @@ def test_cli_text_report_prints_every_input_set(tmp_path):
     sets = [line for line in proc.stdout.splitlines() if line.startswith("  set ")]
     assert len(sets) == 5 and all("past_key_values.0.key=" in line for line in sets)
     assert any("2x2x0x4" in line for line in sets) and any("input_ids=2x1" in line for line in sets)
+
+
+# --------------------------------------------------------------------------- what graphtool writes
+
+WRITERS = textwrap.dedent('''
+    """Passes that write what onnxruntime refuses, planted for the tests of what graphtool writes."""
+    from graphtool.pass_manager import Pass, PassResult
+
+    class TwinNames(Pass):
+        """Turns each Relu into Relu then Abs, both named "twin" (a namer bug's shape)."""
+        level = 1
+        priority = 95
+
+        def run(self, graph, ctx):
+            changed = 0
+            for node in graph.nodes("Relu"):
+                if node.name.startswith("twin"):
+                    continue
+                out = node.outputs[0]
+                relu = graph.add_node("Relu", node.inputs, 1, name="twin", near=node)
+                ident = graph.add_node("Abs", relu.outputs, 1, name="twin", near=node)
+                graph.replace_all_uses(out, ident.outputs[0])
+                graph.remove_nodes([node])
+                graph.rename_value(ident.outputs[0], out)
+                changed += 1
+            return PassResult(changed > 0, {"twins": changed})
+''')
+
+UNLOADABLE = textwrap.dedent('''
+    from graphtool.pass_manager import Pass, PassResult
+
+    class InventAnOp(Pass):
+        """Turns Relu into an op onnxruntime does not have."""
+        level = 1
+        priority = 95
+
+        def run(self, graph, ctx):
+            changed = 0
+            for node in graph.nodes("Relu"):
+                new = graph.add_node("Frobnicate", node.inputs, 1, domain="com.example", name="frob", near=node)
+                out = node.outputs[0]
+                graph.replace_all_uses(out, new.outputs[0])
+                graph.remove_nodes([node])
+                graph.rename_value(new.outputs[0], out)
+                changed += 1
+            return PassResult(changed > 0, {"invented": changed})
+''')
+
+
+def _site(root, name: str, module: str, entry: str):
+    (root / name).mkdir()
+    (root / name / "__init__.py").write_text(module)
+    info = root / f"{name}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[graphtool.passes]\np = {name}:{entry}\n")
+    return str(root)
+
+
+def _relu_model(path: str) -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                               helper.make_node("Neg", ["r"], ["y"], name="neg")], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+def test_two_new_nodes_of_one_name_are_renamed_and_the_written_model_runs(tmp_path):
+    site = _site(tmp_path, "gt_twins", WRITERS, "TwinNames")
+    path, out = str(tmp_path / "m.onnx"), str(tmp_path / "out.onnx")
+    _relu_model(path)
+    proc = _optimize(path, out, site, "--json")
+    assert proc.returncode == 0, proc.stderr
+    names = [n.name for n in onnx.load(out).graph.node]
+    assert names.count("twin") == 1 and "twin_1" in names
+    ort.InferenceSession(out, providers=["CPUExecutionProvider"])  # two "twin"s: it refused this
+    import json
+
+    stats = {p["name"]: p["stats"] for p in json.loads(proc.stdout)["report"]["passes"]}
+    assert stats["twin-names"]["renamed-duplicate-node-names"] >= 1
+
+
+def test_a_written_model_onnxruntime_refuses_is_a_failed_rewrite_not_bad_input(tmp_path):
+    site = _site(tmp_path, "gt_invent", UNLOADABLE, "InventAnOp")
+    path, out = str(tmp_path / "m.onnx"), str(tmp_path / "out.onnx")
+    _relu_model(path)
+    proc = _optimize(path, out, site)
+    assert proc.returncode == 1, proc.stderr
+    assert "does not load in onnxruntime" in proc.stderr and "invent-an-op" in proc.stderr
+    assert "error:" not in proc.stderr and not os.path.exists(out)
