@@ -146,6 +146,12 @@ def cut(reads: Sequence[Sequence[str]], made: Sequence[Sequence[str]], initializ
         handed_on = [v for v in dict.fromkeys(v for names in made[start:stop] for v in names if v)
                      if last_read.get(v, -1) >= stop]
         done_with = [v for v in inputs if last_read[v] < stop]
+        if not handed_on:
+            # nothing it makes is read later or is an output (dead branches: 100k Relus of which one
+            # is read): onnxruntime runs no session for no outputs, and nothing needs it to run
+            if cuts:
+                cuts[-1][5].extend(done_with)
+            continue
         cuts.append((start, stop, inputs, weights, handed_on, done_with))
     return cuts
 
