@@ -278,7 +278,8 @@ def _duplicate_functions(model: Model) -> list[Finding]:
             for (d, n, o), k in seen.items() if k > 1]
 
 
-def _data_fields(proto: onnx.TensorProto) -> list[str]:
+def data_fields(proto: onnx.TensorProto) -> list[str]:
+    """The fields a tensor holds its values in (one, unless the model contradicts itself)."""
     fields = [f for f in _TYPED_FIELDS if len(getattr(proto, f))]
     if proto.HasField("raw_data"):
         fields.append("raw_data")
@@ -308,7 +309,7 @@ def _tensor_fields(model: Model) -> list[Finding]:
     findings = []
 
     def visit(proto: onnx.TensorProto, scope: str, node: Node | None = None) -> None:
-        fields = _data_fields(proto)
+        fields = data_fields(proto)
         if len(fields) > 1:
             findings.append(Finding("error", "tensor-data", f"tensor '{proto.name}' holds its values in "
                                     f"{' and '.join(fields)}; the spec allows one", node_label(node) if node else "",

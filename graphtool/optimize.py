@@ -32,11 +32,43 @@ def require_schema_valid(model: Model) -> None:
     from graphtool.check import check
     from graphtool.errors import BadModel
 
+    require_one_data_field(model)
     for finding in check(model, "none", passes=["check-schemas"]).findings:
         if finding.severity == "error" and finding.kind in ("arity", "attribute"):
             where = f"node '{finding.node}'" if finding.node else finding.scope
             raise BadModel(f"{where}: {finding.message}; optimize needs ops that follow their ONNX schema "
                            "(graphtool check lists every problem)")
+
+
+def require_one_data_field(model: Model) -> None:
+    """Refuse a tensor that holds its values in two fields (raw_data and float_data, say).
+
+    The ONNX checker rejects it; onnxruntime (and onnx's numpy_helper) read raw_data and ignore
+    the other field without a word, another runtime may read the other one. Which values the
+    author meant cannot be known, and a model graphtool "verified" and wrote would carry the
+    contradiction on: refused with one line instead (``graphtool check`` still reads and lists it).
+    Initializers and Constant nodes, from their metadata (no weight is decoded)."""
+    import onnx
+
+    from graphtool.check import data_fields
+    from graphtool.errors import BadModel
+
+    def refuse(proto: onnx.TensorProto, where: str) -> None:
+        fields = data_fields(proto)
+        if len(fields) > 1:
+            read = "raw_data" if "raw_data" in fields else fields[0]
+            others = " and ".join(f for f in fields if f != read)
+            raise BadModel(f"tensor '{proto.name}'{where} holds its values in {' and '.join(fields)} (the ONNX checker "
+                           f"rejects it; onnxruntime reads {read} and ignores {others}, another runtime may not): "
+                           "keep one (graphtool check lists every such tensor)")
+
+    for _, graph in model.graphs():
+        for tensor in graph.initializers.values():
+            refuse(tensor.proto, "")
+        for node in graph.nodes("Constant"):
+            for value in node.peek_attrs().values():
+                if isinstance(value, onnx.AttributeProto) and value.HasField("t"):
+                    refuse(value.t, f" (Constant node '{node.name}')" if node.name else " (a Constant node)")
 
 
 def optimize(

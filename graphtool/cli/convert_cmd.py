@@ -32,6 +32,9 @@ def convert_command(model_path: str, opset: int, output: str, no_verify: bool, i
     if not os.path.isdir(os.path.dirname(os.path.abspath(output))):
         raise UsageError(f"{output}: folder does not exist")
     model = io.load(model_path)
+    from graphtool.optimize import require_one_data_field
+
+    require_one_data_field(model)  # convert writes the model: the contradiction would go on unnoticed
     model_inputs = [n for n in model.graph.inputs if n not in model.graph.initializers]
     shapes, feeds, values = resolve_inputs(model_inputs, input_shapes, inputs_file, input_values)
     result = convert(model, opset, verify_outputs=not no_verify, feeds=feeds, input_shapes=shapes,
