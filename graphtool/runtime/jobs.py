@@ -26,6 +26,7 @@ def _ort_session(source: str | bytes, level: str = "off", threads: int = 1, opti
 
     from graphtool.errors import BadModel
 
+    ort.set_default_logger_severity(4)  # the child's stderr is the user's terminal too
     levels = {"off": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
               "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
     opts = ort.SessionOptions()

@@ -476,7 +476,9 @@ def _serve(memory: int) -> None:
     os.dup2(2, 1)  # whatever C++ code prints goes to the log, never into a reply
     sys.stdout = sys.stderr
     import numpy  # noqa: F401
-    import onnxruntime  # noqa: F401 - loads while the parent still reads the model
+    import onnxruntime  # loads while the parent still reads the model
+
+    onnxruntime.set_default_logger_severity(4)  # its logger's lines never reach the terminal
     while True:
         header = requests.read(_HEADER.size)
         if len(header) < _HEADER.size:

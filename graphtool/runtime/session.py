@@ -25,6 +25,11 @@ from graphtool.runtime.segmented import Plan, open_segmented
 if TYPE_CHECKING:
     from onnx import ModelProto
 
+# onnxruntime's own logger writes colored lines straight to stderr (the default logger at warning,
+# e.g. a kernel's run-time error): fatal only, in every process that imports this. Its messages
+# reach the user inside graphtool's one line, from the exceptions that carry them.
+ort.set_default_logger_severity(4)
+
 LEVELS = {
     "off": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -200,7 +205,7 @@ def tuned_session(model: str | bytes, level: str = "all", disabled: tuple[str, .
     opts = ort.SessionOptions()
     opts.graph_optimization_level = LEVELS[level]
     opts.intra_op_num_threads = threads
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4  # as make_session's: errors come back as exceptions, said in one line
     if optimized_path:
         opts.optimized_model_filepath = optimized_path
     kwargs: dict[str, Any] = {"disabled_optimizers": list(disabled)} if disabled else {}
