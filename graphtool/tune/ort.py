@@ -408,7 +408,8 @@ def tune_file(model_path: str, output: str, original: Model | None = None, targe
         timing, how = feeds, "given"
     else:
         found = find_inputs(original, model_path, shapes, values)
-        timing = found.sets[-1].feeds
+        # timed at a size people run where the model accepted one (else the last set found)
+        timing = next((s.feeds for s in found.sets if "realistic size" in s.label), found.sets[-1].feeds)
         how = f"{found.how}; give --inputs or --input-shape for the shapes you run"
     with tempfile.TemporaryDirectory(prefix="graphtool-tune-") as workdir:
         timer = OrtTimer(original, model_path, timing, target, workdir, shapes)

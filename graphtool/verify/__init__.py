@@ -1,6 +1,7 @@
-"""Proof that a rewrite kept the model's outputs: input discovery (``discover``), branch coverage
-(``coverage``), the verification itself (``verification``) and, when it fails, the bisection that
-names the pass (``bisect``)."""
+"""Proof that a rewrite kept the model's outputs: input discovery (``discover``, with the dims the
+graph ties in ``dims``/``ties`` and the values it names in ``evidence``), branch coverage
+(``coverage``), the verification itself (``verification``, its tolerances in ``tolerance``) and,
+when it fails, the bisection that names the pass (``bisect``)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,6 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from graphtool import io
 from graphtool.verify import verify
 from graphtool.verify.dims import analyse
 from graphtool.verify.discover import InputSpec, discover
