@@ -3,6 +3,6 @@ on very large graphs (``segments``)."""
 
 from __future__ import annotations
 
-from graphtool.shapes.oracle import ShapeOracle, dims_of, infer
+from graphtool.shapes.oracle import SMALL_TENSOR_BYTES, ShapeOracle, dims_of, infer
 
-__all__ = ["ShapeOracle", "dims_of", "infer"]
+__all__ = ["SMALL_TENSOR_BYTES", "ShapeOracle", "dims_of", "infer"]

@@ -123,7 +123,7 @@ def _shapes(proto: onnx.ModelProto, run: int) -> dict[str, list[Any]]:
 
 def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model for shape inference: nodes and types, big initializers as type-only references."""
-    from graphtool.shapes.oracle import SMALL_TENSOR_BYTES
+    from graphtool.shapes import SMALL_TENSOR_BYTES
 
     out = onnx.ModelProto()
     out.ir_version = max(model.ir_version, 4)
@@ -149,7 +149,7 @@ def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def graph_ties(model: onnx.ModelProto, tokens: dict[tuple[str, int], str]) -> tuple[Union, int]:
     """Union-find over the input dims' tokens (and static sizes) from the graph's own constraints."""
-    from graphtool.shapes.oracle import infer
+    from graphtool.shapes import infer
 
     uf = Union()
     nodes = len(model.graph.node)
