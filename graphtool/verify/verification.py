@@ -130,6 +130,16 @@ def compare_arrays(name: str, ref: Any, got: Any, rtol: float = RTOL, atol: floa
     return OutputDiff(name, max_abs, max_rel, ok, "" if same_special else "NaN/inf positions differ")
 
 
+def _dim(d: Any) -> int | str | None:
+    """A declared dim: an int, a symbol, or None; a symbol that is a number (``"16"``, as some
+    exporters write a static size) is that number."""
+    if isinstance(d, int):
+        return d
+    if isinstance(d, str) and d.isdigit():
+        return int(d)
+    return d or None
+
+
 def input_specs(sess: Any) -> list[InputSpec]:
     """The session's inputs; a type random inputs cannot make (sequence, map) stops here with
     the one line that names the flags which can supply it."""
@@ -138,7 +148,7 @@ def input_specs(sess: Any) -> list[InputSpec]:
         if arg.type not in ORT_TYPES:
             raise ModelDoesNotRun(f"input '{arg.name}' has type {arg.type}, which graphtool cannot synthesize; "
                                   "give it with --inputs FILE, or skip the check with --no-verify")
-        specs.append(InputSpec(arg.name, arg.type, [d if isinstance(d, int) else (d or None) for d in arg.shape]))
+        specs.append(InputSpec(arg.name, arg.type, [_dim(d) for d in arg.shape]))
     return specs
 
 

@@ -305,3 +305,12 @@ def test_a_written_model_onnxruntime_refuses_is_a_failed_rewrite_not_bad_input(t
     assert proc.returncode == 1, proc.stderr
     assert "does not load in onnxruntime" in proc.stderr and "invent-an-op" in proc.stderr
     assert "error:" not in proc.stderr and not os.path.exists(out)
+
+
+def test_a_symbol_that_is_a_number_is_that_size():
+    """Some exporters write a static size as a symbol ("16"): every input set keeps it."""
+    w = onnx.numpy_helper.from_array(np.ones((4, 3), np.float32), "W")
+    model = _model([helper.make_node("MatMul", ["x", "W"], ["y"])], [_vi("x", ["batch", "4"])], [_vi("y", None)], [w])
+    result = verify(_ir(model), _ir(model))
+    assert result.ok and len(result.input_sets) >= 2
+    assert all(s.feeds["x"].shape[1] == 4 for s in result.input_sets)
