@@ -83,16 +83,18 @@ def optimize(
     on_step: Callable[[str], None] | None = None,
     in_place: bool = False,
     explain: Iterable[str] = (),
+    plugins: Iterable[str] | str = (),
 ) -> tuple[Model, PassReport, PassContext]:
     """Optimize ``model`` (a copy unless ``in_place``); returns (model, report, context).
 
     The context carries the provenance map (new node → original nodes it absorbed) and, for the
     rules or passes named in ``explain``, why each candidate root fused or did not
-    (``ctx.explanations``; ``graphtool.rewrite.explain`` formats it).
+    (``ctx.explanations``; ``graphtool.rewrite.explain`` formats it). Installed plugin passes
+    run only when ``passes`` names them or ``plugins`` does (``"all"``: every one at the level).
     """
     require_schema_valid(model)
     result = model if in_place else clone(model)
-    chosen = select_passes(level, target, passes, skip)
+    chosen = select_passes(level, target, passes, skip, plugins=plugins)
     ctx = PassContext(result, level=level, target=target, max_fold_bytes=max_fold_bytes,
                       input_shapes=dict(input_shapes or {}), explain=set(explain))
     report = PassManager(chosen, max_iterations, on_step).run(result, ctx)

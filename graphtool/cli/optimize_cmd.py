@@ -46,21 +46,52 @@ def name_map(original: Model | list[str], optimized: Model, ctx: PassContext) ->
     return mapping
 
 
-def format_report(report: PassReport, sizes: tuple[int, int] | None, verification: str | None) -> str:
+def format_report(report: PassReport, sizes: tuple[int, int] | None, verification: str | None,
+                  show_all: bool = False) -> str:
+    """The text report: one row per pass that did something (``show_all``: every pass that ran),
+    totals, sizes, the plugins that ran and the verification summary."""
+    shown = [r for r in report.passes.values() if show_all or not r.idle]
     rows = [
-        [r.name, r.runs, r.changed_runs, r.nodes_removed, f"{r.seconds * 1000:.1f} ms",
+        [r.name + (" *" if r.plugin else ""), r.runs, r.changed_runs, r.nodes_removed, f"{r.seconds * 1000:.1f} ms",
          ", ".join(f"{k}={v}" for k, v in r.stats.items() if v)]
-        for r in report.passes.values()
+        for r in shown
     ]
-    lines = [format_table(rows, ["pass", "runs", "changed", "nodes removed", "time", "stats"]), ""]
+    lines = [format_table(rows, ["pass", "runs", "changed", "nodes removed", "time", "stats"]) if rows
+             else "no pass changed anything"]
+    idle = len(report.passes) - len(shown)
+    if idle:
+        lines.append(f"({idle} more pass{'es' if idle != 1 else ''} ran and changed nothing; --all lists them)")
+    lines.append("")
     lines.append(f"nodes: {report.nodes_before} -> {report.nodes_after} "
                  f"({report.nodes_before - report.nodes_after} removed) in {report.iterations} iterations, "
                  f"{report.seconds:.2f} s")
     if sizes:
         lines.append(f"size: {human_bytes(sizes[0])} -> {human_bytes(sizes[1])}")
+    if report.plugins:
+        lines.append(f"plugins run (*): {', '.join(report.plugins)}")
     if verification:
         lines.append(f"verification: {verification}")
     return "\n".join(lines)
+
+
+def input_shapes_line(sets: list[Any], limit: int = 4) -> str:
+    """``verified on: input [1, 3, 224, 224] float32 | input [1, 3, 256, 256] float32`` (one entry
+    per input set; at most ``limit`` inputs per set)."""
+    parts = []
+    for s in sets:
+        items = [f"{name} {list(getattr(v, 'shape', ()))} {getattr(v, 'dtype', type(v).__name__)}"
+                 for name, v in list(s.feeds.items())[:limit]]
+        more = len(s.feeds) - limit
+        parts.append(", ".join(items) + (f", +{more} more" if more > 0 else ""))
+    return "verified on: " + " | ".join(parts)
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (``b`` may not exist yet)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _file_size(path: str) -> int:
@@ -72,11 +103,16 @@ def _file_size(path: str) -> int:
 @cli.command("optimize")
 @click.argument("model_path", metavar="IN", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the result.")
-@click.option("--level", type=click.IntRange(1, 3), default=1, show_default=True,
-              help="1 cleanups+folds (ORT basic), 2 fusions (ORT extended), 3 layout (compare only).")
+@click.option("--level", type=int, default=1, show_default=True,
+              help="1 cleanups+folds (ORT basic), 2 fusions (ORT extended). (3, ORT's layout level, is compare-only.)")
 @click.option("--target", type=click.Choice(["onnx", "ort"]), default="onnx", show_default=True,
               help="onnx: standard ops only; ort: also com.microsoft contrib ops.")
-@click.option("--passes", "only", help="Run only these passes (comma-separated).")
+@click.option("--passes", "only", help="Run only these passes (comma-separated; plugin passes too).")
+@click.option("--plugins", "plugins", metavar="NAMES",
+              help="Add these installed plugin passes to the level's passes (comma-separated, or 'all'). "
+                   "Plugins never run unless named here or in --passes.")
+@click.option("--force", is_flag=True, help="Allow -o to be IN itself (the original is replaced).")
+@click.option("--all", "show_all", is_flag=True, help="List every pass in the report, also those that changed nothing.")
 @click.option("--skip", help="Skip these passes (comma-separated).")
 @click.option("--no-verify", is_flag=True, help="Do not run both models in onnxruntime to compare outputs.")
 @input_options
@@ -93,7 +129,8 @@ def _file_size(path: str) -> int:
               help="For each candidate of these rules or rule passes (comma-separated), say whether it fused "
                    "and, if not, the first constraint that failed.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (includes the old→new node-name map).")
-def optimize_command(model_path: str, output: str, level: int, target: str, only: str | None, skip: str | None,
+def optimize_command(model_path: str, output: str, level: int, target: str, only: str | None,
+                     plugins: str | None, force: bool, show_all: bool, skip: str | None,
                      no_verify: bool, input_shapes: tuple[str, ...], inputs_file: str | None,
                      input_values: tuple[str, ...], strict: bool, max_fold_bytes: int, rtol: float, atol: float,
                      upgrade_opset: int | None, compare_ort: bool, explain: str | None, as_json: bool) -> None:
@@ -103,8 +140,18 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
     then a ladder of sizes; values the graph compares integer inputs with), runs at least two
     input sets, and reports which If branches they reached. A model that runs on nothing tried
     exits 2 with onnxruntime's reason and the flags that supply real inputs."""
+    from graphtool.errors import UsageError
     from graphtool.rewrite import explain as explaining
 
+    if level == 3:
+        raise UsageError("--level 3 is onnxruntime's layout level, which is hardware-specific: graphtool does not "
+                         "write it; use --level 2 (or `graphtool compare MODEL --levels 3` to see what ORT does)")
+    if level not in (1, 2):
+        raise UsageError(f"--level {level}: optimize has levels 1 and 2")
+    if not force and same_file(model_path, output):
+        # the original is the reference verification compares with and bisection replays from,
+        # and its external weights are read lazily: writing over it must be asked for
+        raise UsageError(f"-o {output} is the input model itself; write elsewhere, or add --force to replace it")
     explained = explaining.validate(_split(explain))
     original = io.load(model_path)
     # a big model's graphs live until the command ends: full collections would walk them to free
@@ -130,7 +177,8 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
     with progress_steps("optimizing", enabled=not as_json) as step:
         optimized, report, ctx = optimize(start, level=level, target=target, passes=_split(only) or None,
                                           skip=_split(skip), max_fold_bytes=max_fold_bytes, input_shapes=shapes,
-                                          on_step=step, explain=explained, in_place=in_place)
+                                          on_step=step, explain=explained, in_place=in_place,
+                                          plugins=_split(plugins))
     result: dict[str, Any] = {"input": model_path, "output": output, "level": level, "target": target,
                               "opset": opset, "report": report.as_dict()}
     if explained:
@@ -180,7 +228,9 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
     if as_json:
         emit(result, True)
         return
-    click.echo(format_report(report, (result["size_before"], result["size_after"]), summary))
+    click.echo(format_report(report, (result["size_before"], result["size_after"]), summary, show_all))
+    if verification is not None and verification.input_sets:
+        click.echo(input_shapes_line(verification.input_sets))
     found = verification.discovery if verification is not None else None
     if found is not None:
         click.echo(f"inputs: {found.how} ({found.attempts} attempt{'s' if found.attempts != 1 else ''}, "

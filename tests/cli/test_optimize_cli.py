@@ -62,16 +62,47 @@ def test_plugin_pass_is_listed(plugin_path):
     proc = _graphtool("passes", "--json", pythonpath=plugin_path)
     assert proc.returncode == 0, proc.stderr
     names = {p["name"]: p for p in json.loads(proc.stdout)}
-    assert names["swap-relu-for-sigmoid"]["module"] == "gt_demo_plugin"
+    assert "swap-relu-for-sigmoid" not in names  # the entry point's name is the pass name
+    assert names["swap"]["module"] == "gt_demo_plugin" and names["swap"]["source"] == "plugin gt-demo-plugin 0.1"
 
 
 def test_breaking_plugin_is_caught_and_named(plugin_path, tmp_path):
     out = tmp_path / "out.onnx"
     proc = _graphtool("optimize", f"{FIXTURES}/conv_bn.onnx", "-o", str(out), pythonpath=plugin_path)
+    assert proc.returncode == 0 and "swap" not in proc.stdout  # installed, not asked for: it does not run
+    os.remove(out)
+    proc = _graphtool("optimize", f"{FIXTURES}/conv_bn.onnx", "-o", str(out), "--plugins", "all", pythonpath=plugin_path)
     assert proc.returncode == 1
-    assert "swap-relu-for-sigmoid" in proc.stderr and "relu" in proc.stderr
+    assert "'swap'" in proc.stderr and "relu" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not out.exists() and os.listdir(tmp_path) == ["site"]
+
+
+CRASHING = textwrap.dedent('''
+    from graphtool.pass_manager import Pass
+
+    class Crash(Pass):
+        """Raises on every graph."""
+        def run(self, graph, ctx):
+            return {}[217]
+''')
+
+
+def test_a_crashing_plugin_is_named_not_an_internal_error(tmp_path):
+    site = tmp_path / "site"
+    (site / "gt_crash").mkdir(parents=True)
+    (site / "gt_crash" / "__init__.py").write_text(CRASHING)
+    info = site / "gt_crash-3.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gt-crash\nVersion: 3.1\n")
+    (info / "entry_points.txt").write_text("[graphtool.passes]\ncrash = gt_crash:Crash\n")
+    out = tmp_path / "out.onnx"
+    plain = _graphtool("optimize", f"{FIXTURES}/conv_bn.onnx", "-o", str(out), "--level", "2", pythonpath=str(site))
+    assert plain.returncode == 0, plain.stderr  # not asked for: not run
+    proc = _graphtool("optimize", f"{FIXTURES}/conv_bn.onnx", "-o", str(out), "--passes", "crash", pythonpath=str(site))
+    assert proc.returncode == 2 and "internal error" not in proc.stderr
+    assert proc.stderr.strip() == ("graphtool: error: plugin pass 'crash' (gt_crash:Crash from gt-crash 3.1) raised "
+                                   "KeyError: 217; nothing written")
 
 
 def test_optimize_json_report_and_outputs(run_cli, tmp_path):
