@@ -27,17 +27,30 @@ if TYPE_CHECKING:  # pragma: no cover - names for type checkers; loaded lazily a
     from graphtool.diff import DiffResult
     from graphtool.ir.graph import Graph
     from graphtool.ir.model import Model
+    from graphtool.ir.records import Node
     from graphtool.pass_manager import PassReport
     from graphtool.verify import Verification
 
-__all__ = ["load", "save", "optimize", "verify", "diff", "check", "inspect", "compare", "tune", "Model", "Graph"]
+__all__ = ["load", "save", "optimize", "verify", "diff", "check", "inspect", "compare", "tune",
+           "Model", "Graph", "Node", "PassReport", "DiffResult", "Verification", "CheckReport"]
+
+# public type -> the module that defines it (imported on first use, like the functions' machinery)
+_TYPES = {
+    "Model": "graphtool.ir.model",
+    "Graph": "graphtool.ir.graph",
+    "Node": "graphtool.ir.records",
+    "PassReport": "graphtool.pass_manager",
+    "DiffResult": "graphtool.diff",
+    "Verification": "graphtool.verify",
+    "CheckReport": "graphtool.check",
+}
 
 
 def load(path: str | os.PathLike[str]) -> Model:
     """Read an ONNX file into graphtool's IR (external data stays on disk until a pass needs it).
 
     Bad input raises ``graphtool.errors.GraphtoolError`` with a one-line message."""
-    from graphtool import io
+    from graphtool import io, shapes  # noqa: F401  (shapes: Graph.shape() answers undeclared values)
 
     return io.load(path)
 
@@ -114,16 +127,14 @@ def tune(path: str | os.PathLike[str], output: str | os.PathLike[str], budget: f
 
 
 def __getattr__(name: str) -> Any:
-    """``graphtool.Model`` and ``graphtool.Graph`` without importing the IR at package import."""
-    if name == "Model":
-        from graphtool.ir.model import Model
+    """The public types (``graphtool.Model``, ``Graph``, ``Node``, ``PassReport``, ``DiffResult``,
+    ``Verification``, ``CheckReport``) without importing their modules at package import."""
+    module = _TYPES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'graphtool' has no attribute {name!r}")
+    import importlib
 
-        return Model
-    if name == "Graph":
-        from graphtool.ir.graph import Graph
-
-        return Graph
-    raise AttributeError(f"module 'graphtool' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 class _FrontDoor(types.ModuleType):

@@ -17,7 +17,7 @@ from graphtool.runtime import has_cpu_kernel, is_function_op
 
 def _shape_str(graph: Graph, name: str) -> dict[str, Any]:
     dtype = graph.dtype(name)
-    shape = graph.shape(name)
+    shape = graph.declared_shape(name)
     return {
         "name": name,
         "dtype": dtype_name(dtype) if dtype else "?",

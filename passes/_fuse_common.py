@@ -88,7 +88,7 @@ def close(value: float | None, expected: float, rtol: float = 1e-4) -> bool:
 
 
 def rank(graph: Graph, value: str) -> int | None:
-    shape = graph.shape(value)
+    shape = graph.declared_shape(value)
     return None if shape is None else len(shape)
 
 

@@ -136,7 +136,7 @@ def check_layernorm(m: Match) -> str | None:
     if m.get("one") is not None and scalar_const(graph, m["one"], k) != 1.0:
         return f"the numerator of 1/std ('{m['one']}') is not a one-element 1 of rank <= {k}"
     dtype = _ln_dtype(m)
-    shape = graph.shape(xv)
+    shape = graph.declared_shape(xv)
     norm_dims = None
     if shape is not None and len(shape) >= k and all(isinstance(d, int) for d in shape[len(shape) - k:]):
         norm_dims = tuple(shape[len(shape) - k:])

@@ -115,7 +115,7 @@ class Shapes:
         return t.tensor_type.elem_type, dims_of(t)
 
     def shape(self, value: str) -> list[Dim] | None:
-        shape = self.graph.shape(value)
+        shape = self.graph.declared_shape(value)
         if shape is not None and all(d is not None for d in shape):
             return shape
         array = self.graph.const(value) if value in self.graph.initializers else None
@@ -392,7 +392,7 @@ def record_shape(graph: Graph, shapes: Shapes, value: str, dims: list[Dim] | Non
     the one the replaced subgraph's value had (or one the caller proved); inference-generated
     names (``unk__N``) are written as unknown dims, so they can never alias a later run's names.
     """
-    if graph.shape(value) is not None and graph.dtype(value):
+    if graph.declared_shape(value) is not None and graph.dtype(value):
         return
     dims = dims if dims is not None else shapes.shape(value)
     dtype = dtype or shapes.dtype(value)

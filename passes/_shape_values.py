@@ -89,7 +89,7 @@ def shape_in_scope(graph: Graph, value: str) -> list[Dim] | None:
     g: Graph | None = graph
     while g is not None:
         if g.has_value(value) and not (g.parent is not None and g.is_free(value)):
-            return g.shape(value)
+            return g.declared_shape(value)
         g = g.parent
     return None
 

@@ -103,7 +103,7 @@ def infer_rank(graph: Graph, value: str, depth: int = 8) -> int | None:
     """The rank of ``value`` if the graph proves it: declared, constant, or from its producer
     (Flatten and Gemm give 2, Reshape to a constant shape of k entries gives k, same-shape unary
     ops keep their input's). None rather than a guess."""
-    shape = graph.shape(value)
+    shape = graph.declared_shape(value)
     if shape is not None:
         return len(shape)
     array = graph.const(value)

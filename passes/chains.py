@@ -73,7 +73,7 @@ def merge_transposes(graph: Graph, node: Node, ctx: PassContext) -> bool:
 
 def _intermediate_dims(graph: Graph, first: Node) -> tuple[list[int | None], list[int] | None]:
     """What is known of the first op's output dims, and its constant target (Reshape only)."""
-    out_shape = graph.shape(first.outputs[0])
+    out_shape = graph.declared_shape(first.outputs[0])
     target = _int_list(graph, first.inputs[1]) if first.op_type == "Reshape" and len(first.inputs) > 1 else None
     if target is not None:
         dims: list[int | None] = [t if t > 0 else None for t in target]

@@ -47,7 +47,7 @@ def implied_input_shape(node: Node, graph: Graph) -> Dims | None:
     """The shape of ``node``'s first input that its declared output shape implies, or None."""
     if node.domain not in ("", "ai.onnx") or not node.outputs or not node.inputs:
         return None
-    out = graph.shape(node.outputs[0])
+    out = graph.declared_shape(node.outputs[0])
     if out is None:
         return None
     if node.op_type in SAME_SHAPE:
@@ -125,7 +125,7 @@ class DeclaredShapes(Pass):
                 continue
             other = _facts(graph, else_b)
             for value, (dims, dtype) in _facts(graph, then_b).items():
-                if value not in other or graph.shape(value) is not None:
+                if value not in other or graph.declared_shape(value) is not None:
                     continue
                 merged = _merge(dims, other[value][0])
                 dtype = graph.dtype(value) or dtype or other[value][1]

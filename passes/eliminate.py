@@ -143,7 +143,7 @@ def axes_of(graph: Graph, node: Node) -> list[int] | None:
 
 
 def rank_of(graph: Graph, value: str) -> int | None:
-    shape = graph.shape(value)
+    shape = graph.declared_shape(value)
     return None if shape is None else len(shape)
 
 
@@ -208,7 +208,7 @@ def _reshape(graph: Graph, node: Node, opset: int) -> str | None:
     ):
         return x
     target = graph.const(s)
-    shape = graph.shape(x)
+    shape = graph.declared_shape(x)
     if target is None or shape is None:
         return None
     target = [int(t) for t in np.asarray(target).reshape(-1)]
@@ -234,7 +234,7 @@ def _reshape(graph: Graph, node: Node, opset: int) -> str | None:
 def _expand(graph: Graph, node: Node, opset: int) -> str | None:
     x, s = node.inputs[0], node.inputs[1]
     target = graph.const(s)
-    shape = graph.shape(x)
+    shape = graph.declared_shape(x)
     if target is None or shape is None:
         return None
     target = [int(t) for t in np.asarray(target).reshape(-1)]
@@ -288,7 +288,7 @@ def _slice(graph: Graph, node: Node, opset: int) -> str | None:
         return None
     axes = list(range(len(starts))) if axes is None else list(axes)
     steps = [1] * len(starts) if steps is None else list(steps)
-    shape = graph.shape(x)
+    shape = graph.declared_shape(x)
     rank = None if shape is None else len(shape)
     axes = normalize_axes(axes, rank)
     if axes is None:
@@ -371,7 +371,7 @@ def _logic_neutral(value: bool) -> Handler:
 def _broadcast_keeps(graph: Graph, x: str, cshape: tuple[int, ...]) -> bool:
     if len(cshape) == 0:
         return True
-    shape = graph.shape(x)
+    shape = graph.declared_shape(x)
     if shape is None or len(cshape) > len(shape):
         return False
     return all(c == 1 or (isinstance(d, int) and d == c) for c, d in zip(reversed(cshape), reversed(shape)))

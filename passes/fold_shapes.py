@@ -219,7 +219,7 @@ def _symbol_sources(main: Graph) -> dict[Dim, tuple[str, int]]:
     for name in main.inputs:
         if name in main.initializers:
             continue
-        for j, d in enumerate(main.shape(name) or []):
+        for j, d in enumerate(main.declared_shape(name) or []):
             if isinstance(d, str) and d and d not in sources:
                 sources[d] = (name, j)
     return sources

@@ -34,7 +34,7 @@ _GEMM_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE}
 
 
 def _shape(graph: Graph, value: str, ctx=None) -> list[int | str | None] | None:
-    shape = graph.shape(value)
+    shape = graph.declared_shape(value)
     if shape is None and ctx is not None:  # the shape oracle: ranks through PRelu, ReduceMax(keepdims=0), ...
         shape = ctx.shapes.dims(graph, value)
     if shape is None:

@@ -29,7 +29,7 @@ _SCALAR_ARITH = ("Mul", "Add", "Sub", "Div", "Cast", "Identity")
 
 def _is_scalar(graph: Graph, value: str, depth: int = 6) -> bool:
     """``value`` is provably rank 0: a Gather of one (scalar-indexed) element, or arithmetic on such."""
-    shape = graph.shape(value)
+    shape = graph.declared_shape(value)
     if shape is not None:
         return shape == []
     array = graph.const(value)
@@ -67,7 +67,7 @@ def _shape_entry(graph: Graph, node: Node) -> bool:
 
 
 def _one_element(graph: Graph, value: str) -> bool:
-    shape = graph.shape(value)
+    shape = graph.declared_shape(value)
     if shape is not None:
         return shape == [1]
     node = graph.producer(value)

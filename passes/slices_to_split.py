@@ -46,7 +46,7 @@ def _clamp(index: int, size: int) -> int:
 
 
 def _dims(graph: Graph, ctx: PassContext, value: str) -> list | None:
-    dims = graph.shape(value)
+    dims = graph.declared_shape(value)
     if dims is None or any(d is None for d in dims):
         dims = ctx.shapes.dims(graph, value) or dims
     return dims

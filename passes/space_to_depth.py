@@ -57,7 +57,7 @@ class FocusToSpaceToDepth(Pass):
                 continue
             x = phases[0][0]  # type: ignore[index]
             order = [p[1] for p in phases]  # type: ignore[index]
-            shape = graph.shape(x)
+            shape = graph.declared_shape(x)
             if len(set(order)) != 4 or shape is None or len(shape) != 4 or not isinstance(shape[1], int):
                 continue
             if not all(only_feeds(graph, s.outputs[0], concat) for s in slices):  # type: ignore[union-attr]

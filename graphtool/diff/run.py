@@ -123,9 +123,18 @@ class GraphDiff:
         }
 
 
+# set by graphtool.diff.text (a floor above): the report ``summary()`` prints, and the groups
+# ``str()`` names; ``import graphtool.diff`` loads both
+REPORT: Any = None
+GROUPS: Any = None
+
+
 @dataclass
 class DiffResult:
-    """Everything ``diff`` found. ``graphs[0]`` is the main graph; subgraphs and functions follow."""
+    """Everything ``diff`` found. ``graphs[0]`` is the main graph; subgraphs and functions follow.
+
+    ``str(result)`` is one line (counts and the largest groups); ``result.summary()`` is what
+    ``graphtool diff`` prints (≤ 40 lines); ``result.as_dict()`` is ``--json``'s document."""
 
     a: Model
     b: Model
@@ -147,11 +156,31 @@ class DiffResult:
         c = self.counts
         return c[ADDED] == c[REMOVED] == c[CHANGED] == c["graph_changes"] == 0
 
+    def summary(self, max_lines: int = 40, show_all: bool = False) -> str:
+        """The text report: counts, what changed grouped and largest first (named rewrites,
+        folds, dead code, weights), then examples; at most ``max_lines`` lines unless ``show_all``."""
+        return REPORT(self, "A", "B", show_all=show_all, max_lines=max_lines)
+
+    def __str__(self) -> str:
+        c = self.counts
+        if self.equal:
+            return f"no differences ({c['unchanged']} nodes matched)"
+        groups = GROUPS(self) if GROUPS is not None else []
+        top = "; ".join(f"{g.title}" + (f" ×{g.count}" if g.count > 1 else "") for g in groups[:3])
+        more = f"; … {len(groups) - 3} more groups" if len(groups) > 3 else ""
+        return (f"{c[REMOVED]} removed, {c[ADDED]} added, {c[CHANGED]} changed, {c['unchanged']} unchanged"
+                + (f": {top}{more}" if top else ""))
+
+    def __repr__(self) -> str:
+        return f"<DiffResult {self}>"
+
     def node_diffs(self) -> Iterable[NodeDiff]:
+        """Every node change, in every graph."""
         for g in self.graphs:
             yield from g.nodes
 
     def as_dict(self) -> dict[str, Any]:
+        """The JSON document (``graphtool diff --json``)."""
         return {
             "equal": self.equal,
             "counts": self.counts,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from graphtool.diff import run as run_module
 from graphtool.diff.run import ADDED, CHANGED, REMOVED, DiffResult, NodeDiff, change_text, describe, detail_text
 from graphtool.diff.summary import CONSTANT_OPS, GRAPH, RENAMED, ChangeGroup, summarize
 from graphtool.fusion_trace import short_op
@@ -149,6 +150,9 @@ def format_diff(result: DiffResult, label_a: str = "A", label_b: str = "B", *, s
     if omitted:
         lines.append("(--all prints every change; --json keeps them all as data)")
     return "\n".join(lines)
+
+
+run_module.REPORT, run_module.GROUPS = format_diff, summarize
 
 
 def _all_lines(groups: list[ChangeGroup]) -> list[str]:

@@ -114,7 +114,7 @@ def value_change(old: np.ndarray, new: np.ndarray) -> dict[str, Any]:
 
 def type_string(graph: Graph, value: str) -> str:
     dtype = graph.dtype(value)
-    shape = graph.shape(value)
+    shape = graph.declared_shape(value)
     text = dtype_name(dtype) if dtype else "?"
     if shape is not None:
         text += "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"

@@ -43,6 +43,10 @@ class GraphEdits:
     _loaded_only: bool
     _in_order: bool
     _pristine: bool
+    _edits: int  # bumped by every verb: what the user-facing shape answers are cached against
+
+    def _edited(self) -> None:
+        self._edits += 1
 
     def unique_op_names(self) -> int:
         """Rename ops a pass made whose name another op of this graph already has (onnxruntime
@@ -104,6 +108,7 @@ class GraphEdits:
     ) -> Node:
         """Add an op; ``outputs`` are names or a count of fresh names. ``near`` sets its place in
         the saved node order (just after that node's position, before later originals)."""
+        self._edits += 1
         if isinstance(outputs, int):
             outputs = [self.fresh_name(f"{name or op_type}_out{k}") for k in range(outputs)]
         attr_map: dict[str, Any] = {}
@@ -255,6 +260,7 @@ class GraphEdits:
 
     def set_input(self, node: Node, slot: int, value: str) -> None:
         """Point input ``slot`` of ``node`` at ``value`` ('' to omit it)."""
+        self._edits += 1
         data = self._node[node.id]
         inputs = list(data.io[: data.n_in])
         old = inputs[slot] if slot < len(inputs) else ""
@@ -286,6 +292,7 @@ class GraphEdits:
         self._set_io(data, (*kept, *data.io[data.n_in:]), len(values))
 
     def set_attr(self, node: Node, name: str, value: Any) -> None:
+        self._edits += 1
         data = self._node[node.id]
         subgraphs = [value] if isinstance(value, GraphEdits) else value if isinstance(value, list) and value and isinstance(value[0], GraphEdits) else []
         data.editable_attrs()[name] = value if isinstance(value, (GraphEdits, AttributeProto)) or subgraphs else helper.make_attribute(name, value)
@@ -297,6 +304,7 @@ class GraphEdits:
             self.refresh_captures(node)
 
     def del_attr(self, node: Node, name: str) -> None:
+        self._edits += 1
         data = self._node[node.id]
         if name in data.attrs:
             data.editable_attrs().pop(name)
@@ -342,6 +350,7 @@ class GraphEdits:
         Graph outputs are not consumers: a pass that removes the producer of a graph output
         keeps the output's name with ``rename_value``.
         """
+        self._edits += 1
         if old == new or old not in self._node:
             return
         self._add_value(new)
@@ -359,6 +368,7 @@ class GraphEdits:
         elimination keeps an output's name: remove the node, then rename its input to the output).
         A value read from an enclosing graph, or a sparse initializer, cannot be renamed here.
         """
+        self._edits += 1
         if old == new:
             return
         if (self.parent is not None and self.is_free(old)) or old in self.sparse_initializers:
@@ -389,6 +399,7 @@ class GraphEdits:
     def remove_nodes(self, nodes: Iterable[Node]) -> None:
         """Remove ops and the values they produced; inputs left unused are dropped unless they
         are graph inputs, outputs or initializers (DCE decides about those)."""
+        self._edits += 1
         node_data, succ, pred = self._node, self._succ, self._pred
         touched: list[str] = []
         for node in nodes:
@@ -430,20 +441,24 @@ class GraphEdits:
         return name
 
     def set_initializer(self, name: str, tensor: Tensor) -> None:
+        self._edits += 1
         if tensor.name != name:
             tensor = tensor.renamed(name)
         self.initializers[name] = tensor
         self._add_value(name)
 
     def remove_initializer(self, name: str) -> None:
+        self._edits += 1
         self.initializers.pop(name, None)
         self._drop_if_orphan(name)
 
     def remove_input(self, name: str) -> None:
+        self._edits += 1
         self.inputs.pop(name, None)
         self._drop_if_orphan(name)
 
     def set_value_info(self, name: str, info: ValueInfo) -> None:
+        self._edits += 1
         self.value_info[name] = info
 
 

@@ -18,6 +18,8 @@ The IR is four modules, one job each (issue 19 split them; this one re-exports t
 * ``adjacency.py``: NetworkX's inner adjacency dicts in their compact shapes (``One``);
 * ``bulk.py``: the loader's one-pass build of a whole graph;
 * ``edit.py``: the edit verbs (``GraphEdits``, which ``Graph`` extends);
+* ``surgery.py``: the hand-editing verbs of onnx-graphsurgeon users (``find``, ``insert_after``,
+  ``bypass``, ``replace_node``, ``set_graph_inputs/outputs``, ``cleanup``, ``toposort``);
 * here: reading (producers, consumers, constants, types), topological order and copying.
 
 Memory (issue 19: a million nodes must fit in well under 2 GB): an op with its output value
@@ -37,7 +39,7 @@ from onnx import GraphProto, TypeProto, ValueInfoProto, helper
 
 from graphtool.ir.adjacency import Adjacency, One, own_copy
 from graphtool.ir.bulk import Record, load_ops
-from graphtool.ir.edit import GraphEdits
+from graphtool.ir.surgery import GraphSurgery
 from graphtool.ir.records import (CAPTURE, EDITED, IO_EDITED, NO_ATTRS, NO_DATA, ORDER_SHIFT, Node, OpData,
                                   constant_node_value)
 from graphtool.ir.tensor import Tensor
@@ -47,8 +49,15 @@ __all__ = ["CAPTURE", "EDITED", "IO_EDITED", "NO_ATTRS", "NO_DATA", "ORDER_SHIFT
            "constant_node_value"]
 
 
-class Graph(GraphEdits):
-    """One ONNX graph: the main graph, an If/Loop/Scan body, or a function body."""
+class Graph(GraphSurgery):
+    """One ONNX graph: the main graph, an If/Loop/Scan body, or a function body.
+
+    Op nodes are ``Node`` handles; values are their names (``str``). ``g.nx`` is the underlying
+    ``networkx.MultiDiGraph`` (read it, never edit it: the verbs keep it consistent)::
+
+        for conv in g.nodes("Conv"):
+            print(conv.name, g.shape(conv.outputs[0]), [r.op_type for r in g.consumers(conv.outputs[0])])
+    """
 
     def __init__(self, name: str = "", parent: "Graph | None" = None):
         self.nx = Adjacency()
@@ -82,6 +91,16 @@ class Graph(GraphEdits):
         self._in_order = True
         self._pristine = True  # no op added or removed and no edge edited since load (``copy``)
         self._loaded_count = 0  # ops the loader numbered 0, 1, ...: while all remain, their ids
+        self._edits = 0  # bumped by every edit verb (``GraphEdits._edited``)
+        self._model_ref: Any = None  # weakref to the Model whose main graph or function body this is
+        self._model_of: Any = None  # Model.of_graph, set by Model (the IR's graph floor cannot import it)
+
+    def __repr__(self) -> str:
+        counts = sorted(((len(ids), t) for t, ids in self._by_type.items() if ids), reverse=True)
+        ops = ", ".join(f"{t} ×{n}" for n, t in counts[:4]) + (", …" if len(counts) > 4 else "")
+        kind = "subgraph " if self.parent is not None else ""
+        return (f"<Graph {kind}{self.name!r}: {len(self)} ops ({ops}), inputs {_names(self.inputs)}, "
+                f"outputs {_names(self.outputs)}, {len(self.initializers)} initializers>")
 
     # ------------------------------------------------------------------ reading
 
@@ -89,6 +108,7 @@ class Graph(GraphEdits):
         return sum(len(ids) for ids in self._by_type.values())
 
     def node(self, node_id: int) -> Node:
+        """The handle of op ``node_id`` (ids are assigned at load; ``Node.id``)."""
         return Node(self, node_id)
 
     def nodes(self, op_type: str | None = None) -> list[Node]:
@@ -108,12 +128,15 @@ class Graph(GraphEdits):
         return bool(self._by_type.get(op_type))
 
     def has_node(self, node: Node) -> bool:
+        """Whether ``node`` is an op of this graph (False once removed)."""
         return node.graph is self and node.id in self._node
 
     def has_value(self, name: str) -> bool:
+        """Whether ``name`` is a value (tensor) of this graph."""
         return name in self._node
 
     def values(self) -> list[str]:
+        """Every value name of this graph (a walk of all nodes)."""
         return [n for n in self._node if isinstance(n, str)]
 
     # The four lookups below are what every pass calls per node: they read NetworkX's adjacency
@@ -121,6 +144,7 @@ class Graph(GraphEdits):
     # The one-neighbor shape (``adjacency.One``, nearly every value) is read off its fields.
 
     def producer(self, value: str) -> Node | None:
+        """The op that makes ``value``; None for graph inputs, initializers and outer values."""
         pred = self._pred.get(value) if value else None
         if type(pred) is One:  # a value has at most one producer: this or empty
             return Node(self, pred.key)
@@ -139,6 +163,7 @@ class Graph(GraphEdits):
         return [(Node(self, op), slot) for op, slots in succ.items() for slot in slots]
 
     def consumers(self, value: str) -> list[Node]:
+        """The ops that read ``value`` (each once, whatever the number of slots)."""
         succ = self._succ.get(value) if value else None
         if type(succ) is One:
             return [Node(self, succ.key)]
@@ -154,12 +179,15 @@ class Graph(GraphEdits):
         return any(op != node.id for op in succ or ())
 
     def is_input(self, value: str) -> bool:
+        """Whether ``value`` is a graph input."""
         return value in self.inputs
 
     def is_output(self, value: str) -> bool:
+        """Whether ``value`` is a graph output."""
         return value in self.outputs
 
     def is_initializer(self, value: str) -> bool:
+        """Whether ``value`` is an initializer (a weight stored in the file)."""
         return value in self.initializers
 
     def is_free(self, value: str) -> bool:
@@ -173,6 +201,7 @@ class Graph(GraphEdits):
         )
 
     def free_values(self) -> list[str]:
+        """The names this graph reads from enclosing scopes."""
         return [v for v in self.values() if self.is_free(v)]
 
     def const(self, value: str) -> np.ndarray | None:
@@ -205,6 +234,7 @@ class Graph(GraphEdits):
         return None
 
     def value_type(self, value: str) -> TypeProto | None:
+        """The declared type of ``value``, or an initializer's; None when the file does not say."""
         declared = self.declared_type(value)
         if declared is not None:
             return declared
@@ -214,13 +244,15 @@ class Graph(GraphEdits):
         return None
 
     def dtype(self, value: str) -> int | None:
+        """The declared element type (``onnx.TensorProto.FLOAT``...) of ``value``, or None."""
         t = self.value_type(value)
         if t is not None and t.HasField("tensor_type") and t.tensor_type.elem_type:
             return t.tensor_type.elem_type
         return None
 
-    def shape(self, value: str) -> list[int | str | None] | None:
-        """Dims as ints (static), strs (symbolic) or None (unknown); None when rank is unknown."""
+    def declared_shape(self, value: str) -> list[int | str | None] | None:
+        """The shape the file declares (input, output, value_info, initializer), without inference:
+        what passes ask (O(1)). Dims as ints, strs (symbolic) or None; None when rank is unknown."""
         t = self.value_type(value)
         if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
             return None
@@ -233,6 +265,52 @@ class Graph(GraphEdits):
             else:
                 dims.append(None)
         return dims
+
+    def shape(self, value: str) -> list[int | str | None] | None:
+        """The shape of ``value``: declared, else inferred (ONNX shape inference over the whole
+        model, run once and reused until the model is edited). Dims are ints (static), strs
+        (symbolic) or None (unknown); None when even the rank is unknown.
+
+        >>> m.graph.set_shape("input", [1, 3, 224, 224])
+        >>> m.graph.shape(m.graph.find(op_type="Conv")[0].outputs[0])
+        [1, 64, 112, 112]
+        """
+        declared = self.declared_shape(value)
+        if declared is not None:
+            return declared
+        t = self.inferred_type(value)
+        if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+            return None
+        return [d.dim_value if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else None
+                for d in t.tensor_type.shape.dim]
+
+    def inferred_type(self, value: str) -> TypeProto | None:
+        """The type ONNX shape inference gives ``value`` (``Model.inferred_type``), or None for a
+        graph that belongs to no Model."""
+        root: Graph = self
+        while root.parent is not None:
+            root = root.parent
+        model = root._model_of(root) if root._model_of is not None else None
+        return model.inferred_type(self, value) if model is not None else None
+
+    def set_shape(self, value: str, dims: Iterable[int | str | None] | None, elem_type: int | None = None) -> None:
+        """Declare ``value``'s shape (and element type): a graph input's or output's declaration,
+        else its value_info. ``dims`` None: unknown rank.
+
+        >>> g.set_shape("input", [1, 3, 224, 224])   # fix a dynamic batch
+        """
+        if not self.has_value(value):
+            raise ValueError(f"no value named '{value}' in this graph")
+        elem = elem_type or self.dtype(value) or (
+            self.inferred_type(value).tensor_type.elem_type if self.inferred_type(value) is not None else 0)
+        info = helper.make_tensor_value_info(value, elem, None if dims is None else list(dims))
+        if value in self.inputs:
+            self.inputs = {k: info if k == value else v for k, v in self.inputs.items()}
+        elif value in self.outputs:
+            self.outputs = {k: info if k == value else v for k, v in self.outputs.items()}
+        else:
+            self.value_info[value] = info
+        self._edited()
 
     def subgraphs(self) -> Iterator[tuple[Node, str, "Graph"]]:
         """(owner node, attribute name, subgraph) for the direct subgraphs of this graph."""
@@ -362,6 +440,11 @@ class Graph(GraphEdits):
             succ[key] = own_copy(src_succ[key])
             pred[key] = own_copy(src_pred[key])
         return out
+
+def _names(table: dict[str, Any], limit: int = 3) -> str:
+    names = list(table)
+    return "[" + ", ".join(repr(n) for n in names[:limit]) + (f", … {len(names) - limit} more" if len(names) > limit else "") + "]"
+
 
 def _fork(counter: "itertools.count[int]") -> tuple["itertools.count[int]", "itertools.count[int]"]:
     """Two counters that both continue where ``counter`` stood."""

@@ -40,7 +40,7 @@ def value_shape(graph: Graph, value: str) -> list[Any] | None:
     g: Graph | None = graph
     while g is not None:
         if value in g.nx:
-            shape = g.shape(value)
+            shape = g.declared_shape(value)
             if shape is not None or not g.is_free(value):
                 return shape
         g = g.parent
@@ -53,7 +53,7 @@ def value_type(graph: Graph, value: str) -> str:
     while g is not None:
         if value in g.nx or value in g.initializers:
             dtype = g.dtype(value)
-            shape = g.shape(value)
+            shape = g.declared_shape(value)
             if dtype is not None or shape is not None or not g.is_free(value):
                 return " ".join(x for x in (dtype_name(dtype) if dtype else "", shape_text(shape) or "") if x)
         g = g.parent

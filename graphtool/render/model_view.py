@@ -198,7 +198,7 @@ class ModelView:
         """A graph input or output as an ellipse labelled with its name, dtype and shape."""
         pic = self.picture
         dtype = graph.dtype(value)
-        detail = " ".join(x for x in (dtype_name(dtype) if dtype else "", shape_text(graph.shape(value)) or "") if x)
+        detail = " ".join(x for x in (dtype_name(dtype) if dtype else "", shape_text(graph.declared_shape(value)) or "") if x)
         target.node(vid, label=html_label(html_text(value, 40), small(html_text(detail))), shape="ellipse",
                     style="filled", fillcolor=fill, color=line, id=vid)
         pic.titles[vid] = f"{kind} {value}\n{detail}"

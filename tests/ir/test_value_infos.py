@@ -38,7 +38,7 @@ def test_a_graph_with_type_only_entries_saves_copies_and_renames():
     assert io.to_bytes(copy) == saved
     copy.graph.rename_value("r", "r2")
     assert copy.graph.value_info["r2"].name == "r2" and m.graph.value_info["r"].name == "r"
-    assert copy.graph.shape("r2") == [2, 3]
+    assert copy.graph.declared_shape("r2") == [2, 3]
 
 
 def test_check_looks_at_attributes_without_keeping_them_parsed(tmp_path):

@@ -113,7 +113,7 @@ def test_pinned_input_shapes_fold_the_symbolic_dims_too():
     pinned, _, _ = optimize(m, passes=SHAPES, input_shapes={"x": [2, 5]})
     assert _ops(pinned) == ["Expand"]
     np.testing.assert_array_equal(pinned.graph.const("s"), [2, 5])
-    assert pinned.graph.shape("x") == [2, 5]
+    assert pinned.graph.declared_shape("x") == [2, 5]
     assert verify(m, pinned, feeds=_feeds(x=(2, 5))).ok
 
 
