@@ -109,6 +109,31 @@ def inspect_file(path: str) -> tuple[Model, dict[str, Any]]:
     return model, inspect_model(model, path, checker=verdict[0] if verdict else None)
 
 
+def _constant_size(attrs: Any) -> tuple[int | None, int]:
+    """(elements, bytes) of a Constant node's value, from its attribute's dims and type only."""
+    from onnx import AttributeProto, helper
+
+    for attr in attrs.values():
+        if not isinstance(attr, AttributeProto):
+            continue
+        if attr.type == AttributeProto.TENSOR:
+            t = attr.t
+            size = 1
+            for d in t.dims:
+                size *= d
+            try:
+                itemsize = helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+            except (KeyError, ValueError, TypeError):
+                itemsize = 0
+            return size, size * itemsize if t.data_type != 8 else len(t.raw_data) or sum(len(x) for x in t.string_data)
+        if attr.type in (AttributeProto.FLOATS, AttributeProto.INTS):
+            n = len(attr.floats) + len(attr.ints)
+            return n, n * (4 if attr.type == AttributeProto.FLOATS else 8)
+        if attr.type in (AttributeProto.FLOAT, AttributeProto.INT):
+            return 1, 4 if attr.type == AttributeProto.FLOAT else 8
+    return None, 0
+
+
 def inspect_model(model: Model, path: str | None = None, checker: str | None = None) -> dict[str, Any]:
     """The report as a JSON-ready dict; parameter sizes come from tensor metadata only.
     ``checker``: onnx's checker verdict on ``path`` when the caller already has it
@@ -127,6 +152,21 @@ def inspect_model(model: Model, path: str | None = None, checker: str | None = N
                 external_bytes += tensor.nbytes
             if tensor.nbytes > largest[1]:
                 largest = (tensor.name, tensor.nbytes)
+    # weights some exporters write as Constant nodes (tf2onnx, paddle): counted from the tensor's
+    # dims and type in the node, as initializers are from theirs
+    constants = 0
+    for _, graph in model.graphs():
+        for node in graph.nodes("Constant"):
+            if node.domain not in ("", "ai.onnx"):
+                continue
+            size, nbytes = _constant_size(node.peek_attrs())
+            if size is None:
+                continue
+            constants += 1
+            params += size
+            bytes_total += nbytes
+            if nbytes > largest[1]:
+                largest = (node.outputs[0] if node.outputs else node.name, nbytes)
     subgraphs = []
     for graph in main.walk():
         if graph is main:
@@ -159,6 +199,7 @@ def inspect_model(model: Model, path: str | None = None, checker: str | None = N
         "op_histogram": histogram,
         "parameters": {
             "initializers": initializers,
+            "constant_nodes": constants,
             "elements": params,
             "bytes": bytes_total,
             "external_bytes": external_bytes,
@@ -209,7 +250,9 @@ def format_inspect(report: dict[str, Any]) -> str:
         ["IR version", report["ir_version"]],
         ["opsets", opsets],
         ["nodes", f"{n['total']} ({n['main_graph']} main, {n['in_subgraphs']} in subgraphs)"],
-        ["parameters", f"{p['elements']:,} in {p['initializers']} initializers, {human_bytes(p['bytes'])}"
+        ["parameters", f"{p['elements']:,} in {p['initializers']} initializers"
+         + (f" and {p['constant_nodes']} Constant nodes" if p.get("constant_nodes") else "")
+         + f", {human_bytes(p['bytes'])}"
          + (f" ({human_bytes(p['external_bytes'])} external)" if p["external_bytes"] else "")],
         ["checker", report["checker"]],
     ]

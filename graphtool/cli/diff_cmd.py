@@ -18,12 +18,17 @@ _BY_EXTENSION = {".txt": "text", ".json": "json", ".dot": "dot", ".gv": "dot", "
 
 
 def output_format(fmt: str | None, as_json: bool, output: str | None) -> str:
-    """--format wins, --json is --format json, else -o's extension, else text."""
+    """--format (which must agree with -o's extension when that names a format), --json is
+    --format json, else -o's extension, else text."""
     if as_json:
         if fmt not in (None, "json"):
             raise UsageError(f"--json and --format {fmt} contradict each other")
         return "json"
     if fmt is not None:
+        implied = _BY_EXTENSION.get(os.path.splitext(output)[1].lower()) if output else None
+        if implied is not None and implied != fmt:
+            raise UsageError(f"--format {fmt} but -o {output} names a {os.path.splitext(output)[1]} file; "
+                             f"drop --format, or name the file for {fmt}")
         return fmt
     if output:
         return _BY_EXTENSION.get(os.path.splitext(output)[1].lower(), "text")

@@ -24,7 +24,7 @@ _BY_EXTENSION = {".dot": "dot", ".gv": "dot", ".svg": "svg", ".html": "html", ".
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="out.svg, out.dot, out.html or out.png (format from the extension). Default: DOT on stdout.")
 @click.option("--format", "fmt", type=click.Choice(["dot", "svg", "html", "png"]), default=None,
-              help="Override the format the extension implies.")
+              help="The format, for an -o name without a picture extension (it must agree with one).")
 @click.option("--around", metavar="NODE", default=None,
               help="Draw only the neighbourhood of this node (a node name, or a value name: its producer).")
 @click.option("--depth", type=click.IntRange(0, 10000), default=2, show_default=True,
@@ -46,6 +46,11 @@ def viz_command(model_path: str, output: str | None, fmt: str | None, around: st
     If/Loop/Scan bodies as clusters. The HTML page is self-contained and opens readable at the
     graph's inputs: search (/), fit (f), zoom (+/-), an overview to navigate, and click a node
     for its attributes, inputs and outputs with shapes, and weight statistics."""
+    if fmt is not None and output:
+        implied = _BY_EXTENSION.get(os.path.splitext(output)[1].lower())
+        if implied is not None and implied != fmt:
+            raise UsageError(f"--format {fmt} but -o {output} names a {os.path.splitext(output)[1]} file; "
+                             f"drop --format, or name the file for {fmt}")
     if fmt is None:
         if output:
             ext = os.path.splitext(output)[1].lower()

@@ -45,6 +45,23 @@ class ModelView:
 
     # -- selection
 
+    def _around_hint(self, target: str) -> str:
+        """What the user may have meant: an op type's nodes, names containing the text, or the
+        closest names (difflib)."""
+        graphs = [g for _, g in self.model.graphs()]
+        typed = [n.name or f"#{n.id}" for g in graphs for n in g.nodes(target)]
+        if typed:
+            shown = ", ".join(repr(t) for t in typed[:3])
+            return (f"; {target} is an op type ({len(typed)} node{'s' if len(typed) != 1 else ''}): "
+                    f"give a node name, e.g. {shown}")
+        names = sorted({n.name for g in graphs for n in g.nodes() if n.name})
+        low = target.lower()
+        close = [n for n in names if low in n.lower()][:3] or difflib.get_close_matches(target, names, n=3)
+        if not close:
+            values = sorted({v for g in graphs for v in g.values()})
+            close = [v for v in values if low in v.lower()][:3] or difflib.get_close_matches(target, values, n=3)
+        return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+
     def _select_around(self, target: str, depth: int) -> None:
         found: tuple[Graph, list[Node]] | None = None
         for graph in self.model.graph.walk():
@@ -59,10 +76,7 @@ class ModelView:
                     found = (graph, nodes)
                     break
         if found is None:
-            names = sorted({n.name for _, g in self.model.graphs() for n in g.nodes() if n.name})
-            close = difflib.get_close_matches(target, names, n=3)
-            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            raise UsageError(f"--around: no node or value named {target!r}{hint}")
+            raise UsageError(f"--around: no node or value named {target!r}{self._around_hint(target)}")
         graph, start = found
         seen = {n.id: 0 for n in start}
         queue = deque(start)

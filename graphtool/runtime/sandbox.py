@@ -71,15 +71,17 @@ def default_memory_limit() -> int:
     return min(8 << 30, int(physical_memory() * 0.7))
 
 
-def parse_size(text: str) -> int:
-    """'8G', '512M', '1.5GB', '1000000' → bytes."""
+def parse_size(text: str, source: str = "--memory-limit") -> int:
+    """'8G', '512M', '1.5GB', '1000000' → bytes. ``source`` names where the text came from (the
+    flag, or ``GRAPHTOOL_MEMORY_LIMIT=``) in the error."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)[iI]?[bB]?\s*", text or "")
+    said = f"{source}={text}" if source.startswith("GRAPHTOOL_") else f"{source} {text!r}"
     if not match:
-        raise UsageError(f"--memory-limit {text!r}: expected a size such as 8G or 512M")
+        raise UsageError(f"{said}: expected a size such as 8G or 512M")
     number, unit = float(match.group(1)), match.group(2).upper()
     size = int(number * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[unit])
     if size < 256 << 20:
-        raise UsageError(f"--memory-limit {text}: onnxruntime needs at least 256M to start")
+        raise UsageError(f"{said}: onnxruntime needs at least 256M to start")
     return size
 
 
@@ -94,6 +96,18 @@ def format_size(size: int) -> str:
 class _Config:
     memory: int = 0
     time: float = DEFAULT_TIME_LIMIT
+    # where each limit came from: the flag (or the default), or the environment variable
+    memory_source: str = "--memory-limit"
+    time_source: str = "--time-limit"
+
+    def raise_hint(self, which: str) -> str:
+        """How to raise a limit, naming what set it: '--memory-limit raises it', or
+        'GRAPHTOOL_MEMORY_LIMIT=4G set it: raise it (or pass --memory-limit)'."""
+        flag = "--memory-limit" if which == "memory" else "--time-limit"
+        source = self.memory_source if which == "memory" else self.time_source
+        if source.startswith("GRAPHTOOL_"):
+            return f"{source} set it: raise it (or pass {flag})"
+        return f"{flag} raises it"
 
 
 CONFIG = _Config()
@@ -102,18 +116,33 @@ CONFIG = _Config()
 def configure(memory_limit: str | int | None = None, time_limit: float | None = None) -> None:
     """Set the child's limits (CLI flags; ``GRAPHTOOL_MEMORY_LIMIT`` / ``GRAPHTOOL_TIME_LIMIT``
     when a flag is not given). A running child with another memory limit is replaced."""
+    memory_source, time_source = "--memory-limit", "--time-limit"
     if memory_limit is None:
-        memory_limit = os.environ.get("GRAPHTOOL_MEMORY_LIMIT") or default_memory_limit()
-    memory = memory_limit if isinstance(memory_limit, int) else parse_size(memory_limit)
+        env = os.environ.get("GRAPHTOOL_MEMORY_LIMIT")
+        if env:
+            memory_source = f"GRAPHTOOL_MEMORY_LIMIT={env}"
+        memory_limit = env or default_memory_limit()
+    memory = memory_limit if isinstance(memory_limit, int) else parse_size(
+        memory_limit, memory_source.split("=")[0] if memory_source.startswith("GRAPHTOOL_") else memory_source)
     if time_limit is None:
-        time_limit = float(os.environ.get("GRAPHTOOL_TIME_LIMIT") or DEFAULT_TIME_LIMIT)
+        env = os.environ.get("GRAPHTOOL_TIME_LIMIT")
+        if env:
+            time_source = f"GRAPHTOOL_TIME_LIMIT={env}"
+            try:
+                time_limit = float(env)
+            except ValueError:
+                raise UsageError(f"GRAPHTOOL_TIME_LIMIT={env}: expected a number of seconds") from None
+        else:
+            time_limit = DEFAULT_TIME_LIMIT
     if time_limit <= 0:
-        raise UsageError(f"--time-limit {time_limit}: must be positive")
+        said = time_source if time_source.startswith("GRAPHTOOL_") else f"--time-limit {time_limit}"
+        raise UsageError(f"{said}: must be positive")
     if memory != CONFIG.memory:
         for worker in _WORKERS.values():
             if worker.proc is not None:
                 worker.stop()
     CONFIG.memory, CONFIG.time = memory, time_limit
+    CONFIG.memory_source, CONFIG.time_source = memory_source, time_source
 
 
 class LimitHit(GraphtoolError):
@@ -217,7 +246,7 @@ class _Worker:
         if status == "memory":
             self.stop()  # a child that hit its limit may be left half-allocated: start afresh next time
             raise LimitHit(f"onnxruntime ran out of memory {what} (limit {format_size(CONFIG.memory)}); "
-                                 "--memory-limit raises it")
+                           f"{CONFIG.raise_hint('memory')}")
         if status == "raise":
             raise payload
         raise RuntimeError(payload)  # an exception that would not pickle: its type and message
@@ -235,7 +264,7 @@ class _Worker:
             wait = deadline - time.monotonic()
             if wait <= 0 or not select.select([fd], [], [], wait)[0]:
                 self.stop()
-                raise LimitHit(f"onnxruntime took longer than {CONFIG.time:.0f} s {what}; --time-limit raises it")
+                raise LimitHit(f"onnxruntime took longer than {CONFIG.time:.0f} s {what}; {CONFIG.raise_hint('time')}")
             data = os.read(fd, min(left, 1 << 20))
             if not data:
                 raise _Died()
@@ -256,7 +285,7 @@ class _Worker:
         self.stop()
         if code == -signal.SIGKILL or _MEMORY_PATTERN.search(tail):
             return LimitHit(f"onnxruntime ran out of memory {what} (killed; limit "
-                                  f"{format_size(CONFIG.memory)}); --memory-limit raises it")
+                                  f"{format_size(CONFIG.memory)}); {CONFIG.raise_hint('memory')}")
         reason = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         return LimitHit(f"onnxruntime crashed {what} ({reason}{': ' + tail if tail else ''})")
 

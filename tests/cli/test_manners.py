@@ -56,3 +56,64 @@ def test_report_hides_idle_passes_unless_all(run_cli, tmp_path):
 def test_verification_input_shapes_are_in_the_text_report(run_cli, tmp_path):
     r = run_cli("optimize", os.path.join(FIXTURES, "conv_bn.onnx"), "-o", str(tmp_path / "o.onnx"))
     assert "verified on: input [2, 3, 16, 16] float32 | input [2, 3, 16, 16] float32" in r.stdout
+
+
+def test_inspect_counts_weights_held_in_constant_nodes(run_cli, tmp_path):
+    """Exporters such as tf2onnx and paddle write weights as Constant nodes: they are parameters."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(os.path.join(FIXTURES, "conv_bn.onnx"))
+    plain = json.loads(run_cli("inspect", os.path.join(FIXTURES, "conv_bn.onnx"), "--json").stdout)["parameters"]
+    consts = [helper.make_node("Constant", [], [t.name], value=t) for t in model.graph.initializer]
+    nodes = consts + list(model.graph.node)
+    del model.graph.initializer[:]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    path = str(tmp_path / "constants.onnx")
+    onnx.save(model, path)
+    doc = json.loads(run_cli("inspect", path, "--json").stdout)["parameters"]
+    assert doc["initializers"] == 0 and doc["constant_nodes"] == len(consts) > 0
+    assert doc["elements"] == plain["elements"] > 0 and doc["bytes"] == plain["bytes"]
+    text = run_cli("inspect", path).stdout
+    assert f"{plain['elements']:,} in 0 initializers and {len(consts)} Constant nodes" in text
+
+
+def test_a_picture_format_that_contradicts_the_file_name_is_refused(run_cli, tmp_path):
+    model = os.path.join(FIXTURES, "conv_bn.onnx")
+    out = tmp_path / "d.svg"
+    r = run_cli("diff", model, model, "--format", "html", "-o", str(out))
+    assert r.exit_code == 2 and "--format html but -o" in r.stderr and not out.exists()
+    r = run_cli("viz", model, "--format", "html", "-o", str(out))
+    assert r.exit_code == 2 and not out.exists()
+    r = run_cli("diff", model, model, "--format", "html", "-o", str(tmp_path / "d.html"))
+    assert r.exit_code == 0 and (tmp_path / "d.html").read_text().lstrip().lower().startswith("<!doctype html")
+
+
+def test_around_says_what_was_meant(run_cli, tmp_path):
+    model = os.path.join(FIXTURES, "torch", "cnn_ts.onnx")
+    r = run_cli("viz", model, "--around", "Relu", "-o", str(tmp_path / "x.svg"))
+    assert r.exit_code == 2 and "Relu is an op type (5 nodes): give a node name, e.g. '/stem/stem.2/Relu'" in r.stderr
+    r = run_cli("viz", model, "--around", "stem.2/Relux", "-o", str(tmp_path / "x.svg"))
+    assert r.exit_code == 2 and "did you mean '/stem/stem.2/Relu'?" in r.stderr
+
+
+def test_memory_limit_errors_name_the_variable_that_set_it(tmp_path):
+    import subprocess
+    import sys
+
+    env = dict(os.environ, GRAPHTOOL_MEMORY_LIMIT="12x")
+    proc = subprocess.run([sys.executable, "-m", "graphtool", "inspect", os.path.join(FIXTURES, "conv_bn.onnx")],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "graphtool: error: GRAPHTOOL_MEMORY_LIMIT=12x: expected a size such as 8G or 512M"
+    from graphtool.runtime import sandbox
+
+    saved = (sandbox.CONFIG.memory_source, sandbox.CONFIG.time_source)
+    try:
+        sandbox.CONFIG.memory_source = "GRAPHTOOL_MEMORY_LIMIT=300M"
+        assert sandbox.CONFIG.raise_hint("memory") == "GRAPHTOOL_MEMORY_LIMIT=300M set it: raise it (or pass --memory-limit)"
+        sandbox.CONFIG.memory_source = "--memory-limit"
+        assert sandbox.CONFIG.raise_hint("memory") == "--memory-limit raises it"
+    finally:
+        sandbox.CONFIG.memory_source, sandbox.CONFIG.time_source = saved
