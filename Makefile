@@ -7,7 +7,7 @@ GT     := $(VENV)/bin/graphtool
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test bench fixtures fuzz clean readme-picture
+.PHONY: setup demo test bench docs fixtures fuzz clean readme-picture
 
 setup: $(STAMP)
 
@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	 if [ -n "$$missing" ]; then $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing >/dev/null; fi
 	@[ -x $(PY) ] || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) -m pip install -q -e '.[test,bench,docs]'
 	@touch $@
 
 demo: setup
@@ -27,6 +27,10 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -n 2 -q
+
+docs: setup
+	@# the API reference from docstrings (pdoc), warnings are errors; guides are docs/*.md
+	$(PY) docs/make_api.py build/api
 
 bench: setup
 	$(PY) bench/run_all.py
@@ -45,4 +49,4 @@ fuzz: setup
 		-artifact_prefix=$(or $(FUZZ_DIR),/tmp/graphtool-fuzz)/crashes/ $(or $(FUZZ_DIR),/tmp/graphtool-fuzz)/corpus
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache build

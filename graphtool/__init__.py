@@ -134,7 +134,9 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'graphtool' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # resolved once
+    return value
 
 
 class _FrontDoor(types.ModuleType):

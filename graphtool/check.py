@@ -45,15 +45,20 @@ class Finding:
     op: str = ""  # "domain:op_type" ("" domain printed as ai.onnx)
 
     def as_dict(self) -> dict[str, Any]:
+        """One finding as JSON."""
         return asdict(self)
 
 
 @dataclass
 class CheckReport:
+    """What ``check`` found: one ``Finding`` per problem (severity error, warning or info; the node
+    and graph it is in; a message), for ``runtime`` ("ort" or "none")."""
+
     runtime: str
     findings: list[Finding] = field(default_factory=list)
 
     def count(self, severity: str) -> int:
+        """Findings of one severity ("error", "warning", "info")."""
         return sum(1 for f in self.findings if f.severity == severity)
 
     @property
@@ -62,14 +67,17 @@ class CheckReport:
         return any(f.severity in ("error", "warning") for f in self.findings)
 
     def summary(self) -> str:
+        """One line: counts by severity."""
         errors, warnings, infos = (self.count(s) for s in SEVERITIES)
         line = f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}"
         return line + (f", {infos} info" if infos else "")
 
     def by_kind(self) -> dict[str, int]:
+        """Findings per kind (arity, attribute, opset, kernel...)."""
         return dict(Counter(f"{f.severity}:{f.kind}" for f in self.findings))
 
     def as_dict(self) -> dict[str, Any]:
+        """The JSON document (``check --json``)."""
         return {
             "runtime": self.runtime,
             "summary": self.summary(),

@@ -369,6 +369,7 @@ class PassManager:
         self.on_step = on_step
 
     def run(self, model: Model, ctx: PassContext) -> PassReport:
+        """Run the passes over ``model`` (edited in place) until a fixed point; the report."""
         if total_nodes(model) < FREEZE_NODES:
             return self._run(model, ctx)
         with gc_frozen():  # the model's objects live through the run: no collection need walk them

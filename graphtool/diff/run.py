@@ -143,6 +143,7 @@ class DiffResult:
 
     @property
     def counts(self) -> dict[str, int]:
+        """Nodes removed, added, changed, unchanged, and graph-level changes, over all graphs."""
         counts = {ADDED: 0, REMOVED: 0, CHANGED: 0, "unchanged": 0}
         for g in self.graphs:
             for change in (ADDED, REMOVED, CHANGED):
@@ -153,6 +154,7 @@ class DiffResult:
 
     @property
     def equal(self) -> bool:
+        """True when nothing differs."""
         c = self.counts
         return c[ADDED] == c[REMOVED] == c[CHANGED] == c["graph_changes"] == 0
 

@@ -10,7 +10,7 @@ a graph and its copies), and key dicts likewise (``_link`` / ``_unlink``).
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 from onnx import AttributeProto, NodeProto, ValueInfoProto, helper
@@ -37,9 +37,9 @@ class GraphEdits:
     sparse_initializers: set[str]
     _by_type: dict[str, dict[int, None]]
     _owners: dict[int, None]
-    _ids: "itertools.count[int]"
-    _minor: "itertools.count[int]"
-    _fresh: "itertools.count[int]"
+    _ids: Iterator[int]
+    _minor: Iterator[int]
+    _fresh: Iterator[int]
     _loaded_only: bool
     _in_order: bool
     _pristine: bool
@@ -238,6 +238,7 @@ class GraphEdits:
                     self.add_capture(node_id, free)
 
     def add_capture(self, node_id: int, value: str) -> None:
+        """Record that a subgraph of op ``node_id`` reads ``value`` from this graph (a capture edge)."""
         self._add_value(value)
         self._link(value, node_id, CAPTURE)
 
@@ -281,6 +282,7 @@ class GraphEdits:
         self._set_io(data, (*inputs, *data.io[data.n_in:]), len(inputs))
 
     def set_inputs(self, node: Node, values: list[str]) -> None:
+        """Replace all inputs of ``node`` by ``values`` ('' for an omitted optional input)."""
         data = self._node[node.id]
         for slot in range(len(values), data.n_in):
             self.set_input(node, slot, "")
@@ -292,6 +294,8 @@ class GraphEdits:
         self._set_io(data, (*kept, *data.io[data.n_in:]), len(values))
 
     def set_attr(self, node: Node, name: str, value: Any) -> None:
+        """Set attribute ``name`` of ``node``: a Python value (as ``onnx.helper.make_attribute``
+        takes), an AttributeProto, or a ``Graph`` (a subgraph, which then reads through captures)."""
         self._edits += 1
         data = self._node[node.id]
         subgraphs = [value] if isinstance(value, GraphEdits) else value if isinstance(value, list) and value and isinstance(value[0], GraphEdits) else []
@@ -304,6 +308,7 @@ class GraphEdits:
             self.refresh_captures(node)
 
     def del_attr(self, node: Node, name: str) -> None:
+        """Remove attribute ``name`` from ``node`` (nothing when it has none)."""
         self._edits += 1
         data = self._node[node.id]
         if name in data.attrs:
@@ -436,11 +441,13 @@ class GraphEdits:
             self.value_info.pop(value, None)
 
     def add_initializer(self, array: np.ndarray, hint: str = "const") -> str:
+        """A new initializer holding ``array``, under a fresh name made from ``hint``; returns the name."""
         name = self.fresh_name(hint)
         self.set_initializer(name, Tensor.from_numpy(np.asarray(array), name))
         return name
 
     def set_initializer(self, name: str, tensor: Tensor) -> None:
+        """Make ``tensor`` the initializer ``name`` (renamed to it if needed)."""
         self._edits += 1
         if tensor.name != name:
             tensor = tensor.renamed(name)
@@ -448,16 +455,19 @@ class GraphEdits:
         self._add_value(name)
 
     def remove_initializer(self, name: str) -> None:
+        """Drop the initializer ``name`` (the value goes when nothing reads it)."""
         self._edits += 1
         self.initializers.pop(name, None)
         self._drop_if_orphan(name)
 
     def remove_input(self, name: str) -> None:
+        """``name`` stops being a graph input (the value goes when nothing reads it)."""
         self._edits += 1
         self.inputs.pop(name, None)
         self._drop_if_orphan(name)
 
     def set_value_info(self, name: str, info: ValueInfo) -> None:
+        """Record ``info`` (a ValueInfoProto: type and shape) for the value ``name``."""
         self._edits += 1
         self.value_info[name] = info
 

@@ -20,14 +20,17 @@ class Function:
 
     @property
     def name(self) -> str:
+        """The function's name (what nodes calling it use as op type)."""
         return self.proto_shell.name
 
     @property
     def domain(self) -> str:
+        """The function's domain."""
         return self.proto_shell.domain
 
     @property
     def key(self) -> tuple[str, str, str]:
+        """(domain, name, overload): what identifies a function in a model."""
         return (self.proto_shell.domain, self.proto_shell.name, self.proto_shell.overload)
 
 

@@ -159,6 +159,7 @@ class OpData:
         return out
 
     def editable_attrs(self) -> dict[str, Any]:
+        """The attribute dict, made this record's own first (copy-on-write)."""
         attrs = self.attrs
         if not isinstance(attrs, dict):
             attrs = self._attrs = dict(attrs)
@@ -166,10 +167,12 @@ class OpData:
 
     @property
     def inputs(self) -> tuple[str, ...]:
+        """Input names by slot."""
         return self.io[: self.n_in]
 
     @property
     def outputs(self) -> tuple[str, ...]:
+        """Output names by slot."""
         return self.io[self.n_in:]
 
     # --- read like the attribute dict this record replaces
@@ -183,6 +186,7 @@ class OpData:
         raise KeyError(key)
 
     def get(self, key: str, default: Any = None) -> Any:
+        """``dict.get`` over op_type, domain, name, attrs (NetworkX reads node data so)."""
         return self[key] if key in self._KEYS else default
 
     def __contains__(self, key: object) -> bool:
@@ -195,15 +199,19 @@ class OpData:
         return len(self._KEYS)
 
     def keys(self) -> tuple[str, ...]:
+        """The keys this record answers as a dict: op_type, domain, name, attrs."""
         return self._KEYS
 
     def items(self) -> list[tuple[str, Any]]:
+        """(key, value) pairs, as a dict's."""
         return [(k, self[k]) for k in self._KEYS]
 
     def values(self) -> list[Any]:
+        """The values, as a dict's."""
         return [self[k] for k in self._KEYS]
 
     def update(self, *args: Any, **kwargs: Any) -> None:  # NetworkX's add_node on an existing op
+        """Accepts only an empty update (NetworkX's ``add_node`` of an existing op); edits go through Graph."""
         if (args and args[0]) or kwargs:
             raise TypeError("graphtool IR: op records are edited through Graph's methods")
 
@@ -232,18 +240,22 @@ class Node:
 
     @property
     def op_type(self) -> str:
+        """The op type (``"Conv"``, ``"MatMul"``...)."""
         return self.graph._node[self.id].op_type
 
     @property
     def domain(self) -> str:
+        """The op's domain ('' for standard ONNX ops, 'com.microsoft' for contrib ops)."""
         return self.graph._node[self.id].domain
 
     @property
     def name(self) -> str:
+        """The ONNX node name (may be empty or repeated; ``id`` is the unique key)."""
         return self.graph._node[self.id].name
 
     @property
     def order(self) -> tuple[int, int]:
+        """The node's place in the saved order: (major, minor), compared as a tuple."""
         order = self.graph._node[self.id].order
         return (self.id, 0) if order is None else divmod(order, 1 << ORDER_SHIFT)
 
@@ -255,6 +267,7 @@ class Node:
 
     @property
     def outputs(self) -> list[str]:
+        """Output names by slot ('' marks an unused optional output)."""
         data = self.graph._node[self.id]
         return list(data.io[data.n_in:])
 
@@ -276,14 +289,17 @@ class Node:
         return self.graph._node[self.id].peek_attrs()
 
     def attr(self, name: str, default: Any = None) -> Any:
+        """Attribute ``name`` as a Python value (int, float, str, list, numpy array, Graph), or ``default``."""
         value = self.graph._node[self.id].attrs.get(name)
         return default if value is None else _attr_value(value)
 
     def attr_proto(self, name: str) -> AttributeProto | None:
+        """Attribute ``name`` as its AttributeProto (None when absent or a subgraph)."""
         value = self.graph._node[self.id].attrs.get(name)
         return value if isinstance(value, AttributeProto) else None
 
     def subgraphs(self) -> list["Graph"]:
+        """The graphs held in this op's attributes (If branches, Loop/Scan bodies)."""
         found: list[Graph] = []
         if self.id not in self.graph._owners:
             return found

@@ -79,16 +79,20 @@ class Match:
         return self.binds[name]
 
     def get(self, name: str) -> str | None:
+        """The value bound to ``name``, or None."""
         return self.binds.get(name)
 
     def node(self, name: str) -> Node | None:
+        """The node bound by ``_name=name`` in the pattern, or None."""
         return self.named.get(name)
 
     def const(self, name: str) -> np.ndarray | None:
+        """The constant value bound to ``name`` as numpy, or None."""
         value = self.binds.get(name)
         return None if value is None else self.graph.const(value)
 
     def scalar(self, name: str) -> float | None:
+        """The one-element constant bound to ``name`` as a float, or None."""
         array = self.const(name)
         if array is None or array.size != 1 or array.dtype.kind not in "fiub":
             return None

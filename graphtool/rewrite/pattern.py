@@ -46,14 +46,17 @@ class Var(Pattern):
     omittable: bool = False
 
     def describe(self) -> str:
+        """How ``--explain`` names this element."""
         return self.name
 
 
 def Const(name: str, rank: int | None = None, where: ValueCheck | None = None) -> Var:  # noqa: N802
+    """A provably constant value, bound to ``name`` (``rank``: its rank; ``where``: a check on it)."""
     return Var(name, const=True, rank=rank, where=where)
 
 
 def Scalar(name: str, where: ValueCheck | None = None, omittable: bool = False) -> Var:  # noqa: N802
+    """A constant of one element, bound to ``name``; ``omittable``: an optional input that may be left out."""
     return Var(name, const=True, scalar=True, where=where, omittable=omittable)
 
 
@@ -127,10 +130,12 @@ class Either(Pattern):
 
 
 def opt(pattern: OpPattern, through: int = 0) -> Optional:
+    """``pattern`` may be there or not (absent: its input ``through`` stands in its place)."""
     return Optional(pattern, through)
 
 
 def either(*options: Pattern) -> Either:
+    """Any one of ``options`` (tried in order): an exporter's variants of one fusion."""
     return Either(tuple(options))
 
 

@@ -38,6 +38,7 @@ class Rule:
 
     @property
     def anchors(self) -> tuple[str, ...]:
+        """The op types a match can start at (the pattern's root)."""
         return root_types(self.pattern)
 
     @cached_property
@@ -69,6 +70,7 @@ class Rewrite:
 
     def add(self, op_type: str, inputs: list[str], outputs: int | list[str] = 1, attrs: dict[str, Any] | None = None,
             domain: str = "", suffix: str = "") -> Node:
+        """Add a node near the match, named after it (``suffix`` tells several apart)."""
         name = f"{self.name}/{suffix}" if suffix else self.name
         if name and suffix:  # a replacement may add several nodes of one suffix (a "dim" per shape reader)
             used = {n.name for n in self.added}
@@ -80,6 +82,7 @@ class Rewrite:
         return node
 
     def initializer(self, array: Any, hint: str) -> str:
+        """A new initializer holding ``array``; returns its name."""
         return self.graph.add_initializer(array, f"{self.name or 'fused'}_{hint}")
 
 
@@ -235,9 +238,11 @@ class RulePass(Pass):
     stat_keys: ClassVar[dict[str, str]] = {}
 
     def applies(self, graph: Graph, ctx: PassContext) -> bool:
+        """Whether the rules run on this graph at all (default: yes)."""
         return True
 
     def facts(self, graph: Graph, ctx: PassContext) -> Any:
+        """What the checks may ask besides the match (shapes...), per graph."""
         return None
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
@@ -247,6 +252,7 @@ class RulePass(Pass):
         return PassResult(any(counts.values()), self.stats(counts))
 
     def stats(self, counts: dict[str, int]) -> dict[str, int]:
+        """The report's stats from fusions per rule."""
         if self.stat_keys:
             keyed = dict.fromkeys(self.stat_keys.values(), 0)
             for rule, n in counts.items():

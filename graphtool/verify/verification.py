@@ -42,12 +42,17 @@ class OutputDiff:
     noise: float | None = None  # the original's own max abs difference between ORT levels, when measured
 
     def as_dict(self) -> dict[str, Any]:
+        """One output's difference as JSON."""
         return {"name": self.name, "max_abs": self.max_abs, "max_rel": self.max_rel, "ok": self.ok, "reason": self.reason,
                 "rtol": self.rtol, "atol": self.atol, "tolerance_from": self.dtype, "original_noise": self.noise}
 
 
 @dataclass
 class Verification:
+    """Both models run in onnxruntime on the same input sets: ``ok`` when every output agrees
+    within ``rtol``/``atol``; per-output differences, the input sets (and how they were found),
+    and which If branches they reached (``unverified``: rewrites in branches none reached)."""
+
     ok: bool
     rtol: float
     atol: float
@@ -59,13 +64,16 @@ class Verification:
 
     @property
     def max_abs(self) -> float:
+        """The largest absolute difference over all outputs."""
         return max((o.max_abs for o in self.outputs), default=0.0)
 
     @property
     def unverified(self) -> list[str]:
+        """Rewrites inside If branches no input set reached."""
         return self.coverage.unverified if self.coverage else []
 
     def as_dict(self) -> dict[str, Any]:
+        """The JSON form (``optimize --json``'s ``verification``)."""
         return {"ok": self.ok, "rtol": self.rtol, "atol": self.atol, "max_abs": self.max_abs,
                 "outputs": [o.as_dict() for o in self.outputs], "input_sets": self.sets,
                 "inputs_found": self.discovery.as_dict() if self.discovery else None,
@@ -86,6 +94,7 @@ class Verification:
         return text
 
     def summary(self) -> str:
+        """One line: equal on N input sets (max abs diff), or the first output that differs and how."""
         sets = f" on {len(self.sets)} input set{'s' if len(self.sets) != 1 else ''}" if self.sets else ""
         bad = [o for o in self.outputs if not o.ok]
         if not bad:

@@ -4,7 +4,10 @@ A rule is a pattern (ops, written as they nest), a check for what the pattern ca
 returns None to accept, or the reason it refuses: ``--explain merge-scalar-muls`` prints it), and
 a replacement that adds the new nodes and returns the value that takes the root's place.
 
-Refuses when a and b have different dtypes (the product's dtype would be a guess).
+1. ``Mul(Mul(x, a), b)`` with scalars a, b (either operand order): one Mul by a*b, computed in
+   their dtype. Not bit-exact in floating point (x*a*b and x*(a*b) round differently, by an ulp),
+   well inside the tolerance ``optimize`` verifies with.
+2. Refused: a*b overflows or underflows the dtype where a and b did not (the reason says so).
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ import numpy as np
 from graphtool.rewrite import Match, Rewrite, Rule, RulePass, Scalar, Var, op
 
 
-def _same_dtype(m: Match) -> str | None:
+def _representable(m: Match) -> str | None:
     a, b = m.const("a"), m.const("b")
-    if a.dtype != b.dtype:
-        return f"the scales are {a.dtype} and {b.dtype}"
+    with np.errstate(all="ignore"):
+        product = (a * b).astype(a.dtype)
+    if not np.isfinite(product).all() or (product == 0).any() and (a != 0).all() and (b != 0).all():
+        return f"{a.item():g} * {b.item():g} is not representable in {a.dtype}"
     return None
 
 
@@ -28,7 +33,7 @@ def _merged(m: Match, rw: Rewrite) -> str:
 
 # Add and Mul match either operand order; the inner Mul must be read by the outer one only
 MERGE = Rule("merge-scalar-muls", op.Mul(op.Mul(Var("x"), Scalar("a")), Scalar("b")),
-             replace=_merged, check=_same_dtype, emits="Mul")
+             replace=_merged, check=_representable, emits="Mul")
 
 
 class MergeScalarMuls(RulePass):
