@@ -49,13 +49,21 @@ def cli(ctx: click.Context, debug: bool, allow_links: bool, memory_limit: str | 
     fileguard.ALLOW_LINKS = allow_links
     sandbox.configure(memory_limit=memory_limit, time_limit=time_limit)
     sandbox.SESSIONS = True  # every onnxruntime session of a command runs in the limited child
+    from graphtool import progress
+
+    rest = [*getattr(ctx, "protected_args", []), *ctx.args]
+    machine = "--json" in rest or any(a == "json" and b == "--format" for b, a in zip(rest, rest[1:]))
+    # a status line on a terminal (``graphtool.__main__`` starts it sooner, before the imports)
+    progress.start(ctx.invoked_subcommand or "", enabled=not machine and ctx.invoked_subcommand != "passes")
     ctx.call_on_close(_end_of_command)  # in-process callers (tests) get the library defaults back
     if ctx.invoked_subcommand in ("optimize", "compare", "convert", "tune"):
         sandbox.prewarm()  # onnxruntime starts in the child while the model is read here
 
 
 def _end_of_command() -> None:
-    from graphtool import fileguard
+    from graphtool import fileguard, progress
+
+    progress.stage("finishing")  # the line ends with the process (children still stop after this)
     from graphtool.runtime import sandbox
 
     if "graphtool.verify.verification" in sys.modules:  # a verification started early and never reached stops
@@ -84,19 +92,29 @@ def main(argv: list[str] | None = None) -> None:
             gc.freeze()
 
 
+def _stop_progress() -> None:
+    from graphtool import progress
+
+    progress.pause()  # the error line prints on a clean line; the status line ends with the process
+
+
 def _run(argv: list[str] | None, debug: bool) -> None:
     try:
         code = cli.main(args=argv, prog_name="graphtool", standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except GraphtoolError as err:
+        _stop_progress()
         click.echo(f"graphtool: error: {one_line(str(err))}", err=True)
         sys.exit(err.exit_code)
     except click.exceptions.Exit as err:
+        _stop_progress()
         sys.exit(err.exit_code)
     except click.ClickException as err:
+        _stop_progress()
         click.echo(f"graphtool: error: {one_line(err.format_message())}", err=True)
         sys.exit(2)
     except (click.Abort, KeyboardInterrupt):
+        _stop_progress()
         click.echo("graphtool: interrupted", err=True)
         sys.exit(130)
     except RecursionError:
@@ -106,6 +124,7 @@ def _run(argv: list[str] | None, debug: bool) -> None:
         click.echo("graphtool: error: out of memory", err=True)
         sys.exit(2)
     except Exception as err:  # a bug in graphtool: still one line, traceback on request
+        _stop_progress()
         if debug:
             traceback.print_exc()
         message = one_line(str(err).splitlines()[0]) if str(err).strip() else ""

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import click
 
 from graphtool import io
 from graphtool.cli import cli
 from graphtool.cli.inputs import input_options, resolve_inputs
-from graphtool.cli.output import emit
+from graphtool.cli.output import echo, emit
 from graphtool.compare import EarlyORT, compare, diff_sections, format_compare, to_html
 from graphtool.errors import UsageError
 from graphtool.ir.from_onnx import gc_paused_if_big
@@ -55,6 +54,9 @@ def compare_command(model_path: str, levels: str, target: str, latency: bool, ru
     wanted = parse_levels(levels)
     if html_out and not os.path.isdir(os.path.dirname(os.path.abspath(html_out))):
         raise UsageError(f"{html_out}: folder does not exist")
+    from graphtool import progress as status
+
+    status.stage("loading model")
     early = None if peers else EarlyORT(wanted[0])  # ORT starts on the file's bytes while the IR builds
     model = io.load(model_path, parsed=early.start if early else None)
     started = early.job_for(model) if early else None
@@ -65,18 +67,20 @@ def compare_command(model_path: str, levels: str, target: str, latency: bool, ru
         from graphtool.optimize import require_schema_valid
         from graphtool.verify import InputSet
 
+        status.stage("checking ops, finding inputs")
         require_schema_valid(model)  # a broken op is named as such, before onnxruntime's load error
         from graphtool.verify import find_inputs
 
         sets = [InputSet(feeds, "given set 1")] if feeds is not None else find_inputs(
             model, model_path, shapes, values, seed).sets  # inputs the original runs on, as optimize finds them
         names = [p.strip() for p in peers.split(",") if p.strip()]
+        status.stage(f"running {', '.join(names)} beside graphtool")
         report_peers = compare_peers(model, model_path, names, level=peer_level, target=target, input_sets=sets)
         emit(report_peers, as_json, format_peers(report_peers))
         return
     from graphtool.verify import ReferenceJob
 
-    progress = (lambda msg: click.echo(f"… {msg}", err=True)) if sys.stderr.isatty() else None
+    progress = status.stage if status.active() else None
     pairs: dict = {}
     # Three graphs of a big model (the original, graphtool's, ORT's) live until the report is
     # out: full collections would walk them all to free nothing (1.3 s of a 200k-node compare)
@@ -89,6 +93,7 @@ def compare_command(model_path: str, levels: str, target: str, latency: bool, ru
                          path=model_path, on_step=progress, models=pairs if html_out else None,
                          reference=reference, started=started)
     if html_out:
+        status.stage("writing the HTML page")
         page = to_html(report, diff_sections(pairs))
         with io.atomic_file(html_out) as handle:
             handle.write(page.encode("utf-8"))

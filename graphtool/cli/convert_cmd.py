@@ -9,7 +9,7 @@ import click
 from graphtool import io
 from graphtool.cli import cli
 from graphtool.cli.inputs import input_options, resolve_inputs
-from graphtool.cli.output import emit
+from graphtool.cli.output import emit, echo
 from graphtool.convert import ConvertResult, convert
 from graphtool.errors import UsageError
 
@@ -31,10 +31,14 @@ def convert_command(model_path: str, opset: int, output: str, no_verify: bool, i
     """
     if not os.path.isdir(os.path.dirname(os.path.abspath(output))):
         raise UsageError(f"{output}: folder does not exist")
+    from graphtool import progress
+
+    progress.stage("loading model")
     model = io.load(model_path)
     from graphtool.optimize import require_one_data_field
 
     require_one_data_field(model)  # convert writes the model: the contradiction would go on unnoticed
+    progress.stage(f"converting to opset {opset}" + ("" if no_verify else ", then verifying in onnxruntime"))
     model_inputs = [n for n in model.graph.inputs if n not in model.graph.initializers]
     shapes, feeds, values = resolve_inputs(model_inputs, input_shapes, inputs_file, input_values)
     result = convert(model, opset, verify_outputs=not no_verify, feeds=feeds, input_shapes=shapes,
@@ -43,9 +47,10 @@ def convert_command(model_path: str, opset: int, output: str, no_verify: bool, i
     if not result.ok:
         emit(report, as_json, format_convert(result, model_path, None))
         assert result.verification is not None
-        click.echo(f"graphtool: error: the converted model differs from the original: {result.verification.summary()}; "
+        echo(f"graphtool: error: the converted model differs from the original: {result.verification.summary()}; "
                    "nothing written", err=True)
         return 1
+    progress.stage("saving")
     io.save(result.model, output)
     emit(report, as_json, format_convert(result, model_path, output))
     return 0

@@ -9,6 +9,7 @@ import click
 
 from graphtool import io
 from graphtool.cli import cli
+from graphtool.cli.output import echo
 from graphtool.diff import diff, format_diff, summarize
 from graphtool.errors import UsageError
 from graphtool.ir.from_onnx import gc_paused_if_big
@@ -42,13 +43,17 @@ def check_output_folder(output: str | None) -> None:
 
 def write_output(data: bytes, output: str | None) -> None:
     """To ``output`` atomically (a failed run leaves no file), else to stdout."""
+    from graphtool import progress
+
     if output:
         with io.atomic_file(output) as handle:
             handle.write(data)
     else:
+        progress.pause()
         stream = click.get_binary_stream("stdout")
         stream.write(data if data.endswith(b"\n") else data + b"\n")
         stream.flush()
+        progress.stage("finishing")
 
 
 @cli.command("diff")
@@ -80,14 +85,22 @@ def diff_command(ctx: click.Context, a_path: str, b_path: str, fmt: str | None, 
     Exit code 0 when the models are equal, 1 when they differ, 2 on bad input."""
     fmt = output_format(fmt, as_json, output)
     check_output_folder(output)
-    a, b = io.load(a_path), io.load(b_path)
+    from graphtool import progress
+
+    progress.stage(f"loading {os.path.basename(a_path)}")
+    a = io.load(a_path)
+    progress.stage(f"loading {os.path.basename(b_path)}")
+    b = io.load(b_path)
     if fmt in ("dot", "svg", "html"):
         from graphtool.render.dot import infer_shapes
 
+        progress.stage("inferring shapes for the picture")
         a, b = infer_shapes(a), infer_shapes(b)  # shapes on the picture's edges
     # both graphs live until the report is out: full collections would walk them to free nothing
     with gc_paused_if_big(len(a.graph) + len(b.graph)):
+        progress.stage("matching nodes")
         result = diff(a, b)
+        progress.stage("writing the report" if fmt in ("text", "json") else f"drawing the {fmt} picture")
         if fmt == "text":  # to a file: every change (a file has no screen to fit)
             data = format_diff(result, a_path, b_path, show_all=show_all or bool(output)).encode("utf-8")
         elif fmt == "json":
@@ -103,6 +116,6 @@ def diff_command(ctx: click.Context, a_path: str, b_path: str, fmt: str | None, 
     write_output(data, output)
     if output:
         c = result.counts
-        click.echo(f"{'equal' if result.equal else 'different'}: {c['removed']} removed, {c['added']} added, "
+        echo(f"{'equal' if result.equal else 'different'}: {c['removed']} removed, {c['added']} added, "
                    f"{c['changed']} changed, {c['graph_changes']} graph-level; wrote {output}")
     ctx.exit(0 if result.equal else 1)

@@ -17,6 +17,10 @@ def inspect_command(model_path: str, as_json: bool) -> None:
     """Summarize MODEL: opsets, inputs/outputs, op histogram, parameters, subgraphs, functions,
     checker result, ops onnxruntime's CPU provider cannot run and the `graphtool check` summary.
     Reads no weight bytes."""
+    from graphtool import progress
+
+    progress.stage("reading and checking the file")
     model, report = inspect_file(model_path)  # onnx's checker first: its parse and the IR never coexist
+    progress.stage("checking opsets, schemas and onnxruntime kernels")
     report["check"] = check(model).summary()  # the one-line `graphtool check` verdict
     emit(report, as_json, format_inspect(report))

@@ -11,7 +11,7 @@ import click
 from graphtool import io
 from graphtool.cli import cli
 from graphtool.cli.inputs import input_options, resolve_inputs
-from graphtool.cli.output import emit
+from graphtool.cli.output import emit, echo
 from graphtool.inspect import format_table, human_bytes
 from graphtool.ir.from_onnx import gc_paused_if_big
 from graphtool.ir.model import Model
@@ -153,6 +153,9 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
         # and its external weights are read lazily: writing over it must be asked for
         raise UsageError(f"-o {output} is the input model itself; write elsewhere, or add --force to replace it")
     explained = explaining.validate(_split(explain))
+    from graphtool import progress
+
+    progress.stage("loading model")
     original = io.load(model_path)
     # a big model's graphs live until the command ends: full collections would walk them to free
     # nothing (0.9 s of a 200k-node optimize); paused until then
@@ -184,12 +187,13 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
     if explained:
         result["explain"] = explaining.entries(ctx.explanations)
         if not as_json:
-            click.echo(explaining.format_explanations(ctx.explanations))
+            echo(explaining.format_explanations(ctx.explanations))
     summary = None
     verification = None
     node_map = None
     if not no_verify:
         # the rewritten model's session builds in the sandbox child while the name map is made here
+        progress.stage("verifying: both models in onnxruntime on the same inputs")
         checking = sandbox.Background(lambda: verify(original, optimized, input_shapes=shapes, feeds=feeds,
                                                      input_values=values, rtol=rtol, atol=atol,
                                                      original_path=model_path, reference=reference))
@@ -201,21 +205,23 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
             if in_place:  # the passes edited the loaded original: bisection replays from the file
                 original = io.load(model_path)
                 start = original if upgrade_opset is None else upgrade(original, upgrade_opset)
+            progress.stage("verification failed: replaying the passes to find the first bad rewrite")
             culprit = find_culprit(original, report, ctx, start=start, input_sets=verification.input_sets,
                                    rtol=rtol, atol=atol)
             result["culprit"] = culprit.as_dict() if culprit else None
             blame = f"; first bad rewrite: {culprit.describe()}" if culprit else ""
             if as_json:
                 emit(result, True)
-            click.echo(f"graphtool: verification failed: {summary}{blame}; no output written", err=True)
+            echo(f"graphtool: verification failed: {summary}{blame}; no output written", err=True)
             sys.exit(1)
         if strict and verification.unverified:
             if as_json:
                 emit(result, True)
-            click.echo(f"graphtool: unverified: rewrites in If branches no input reached: "
+            echo(f"graphtool: unverified: rewrites in If branches no input reached: "
                        f"{', '.join(verification.unverified[:6])}; give inputs that reach them "
                        "(--inputs, --input-value) or drop --strict; no output written", err=True)
             sys.exit(1)
+    progress.stage(f"saving {os.path.basename(output)}")
     io.save(optimized, output)
     result["size_before"], result["size_after"] = _file_size(model_path), _file_size(output)
     result["node_map"] = node_map if node_map is not None else name_map(names, optimized, ctx)
@@ -228,17 +234,17 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
     if as_json:
         emit(result, True)
         return
-    click.echo(format_report(report, (result["size_before"], result["size_after"]), summary, show_all))
+    echo(format_report(report, (result["size_before"], result["size_after"]), summary, show_all))
     if verification is not None and verification.input_sets:
-        click.echo(input_shapes_line(verification.input_sets))
+        echo(input_shapes_line(verification.input_sets))
     found = verification.discovery if verification is not None else None
     if found is not None:
-        click.echo(f"inputs: {found.how} ({found.attempts} attempt{'s' if found.attempts != 1 else ''}, "
+        echo(f"inputs: {found.how} ({found.attempts} attempt{'s' if found.attempts != 1 else ''}, "
                    f"{found.extra_seconds:.2f} s searching)")
     if verification is not None:
         for i, label in enumerate(verification.sets, 1):
-            click.echo(f"  set {i}: {label}")
-    click.echo(f"wrote {output}")
+            echo(f"  set {i}: {label}")
+    echo(f"wrote {output}")
     if comparison is not None:
-        click.echo("")
-        click.echo(format_compare(comparison))
+        echo("")
+        echo(format_compare(comparison))

@@ -9,7 +9,7 @@ import click
 from graphtool import io
 from graphtool.cli import cli
 from graphtool.cli.inputs import input_options, resolve_inputs
-from graphtool.cli.output import emit
+from graphtool.cli.output import emit, echo
 from graphtool.errors import UsageError
 from graphtool.inspect import format_table
 from graphtool.runtime import SESSION_SUFFIX
@@ -86,6 +86,9 @@ def tune_command(model_path: str, output: str, target: str, threads: int | None,
 
     if os.path.abspath(output) == os.path.abspath(model_path):
         raise UsageError("-o must differ from MODEL (tune compares against the original)")
+    from graphtool import progress
+
+    progress.stage("loading model")
     original = io.load(model_path)
     model_inputs = [n for n in original.graph.inputs if n not in original.graph.initializers]
     shapes, feeds, values = resolve_inputs(model_inputs, input_shapes, inputs_file, input_values)
@@ -98,9 +101,9 @@ def tune_command(model_path: str, output: str, target: str, threads: int | None,
         emit(report, True)
         return
     described = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in run.timing_shapes.items())
-    click.echo(f"timing inputs: {described} ({run.timing_how})")
-    click.echo(format_result(result))
-    click.echo(f"verification: {run.verification}")
-    click.echo(f"wrote {output} and {output}{SESSION_SUFFIX}")
-    click.echo("")
-    click.echo(snippet(result.winner, output))
+    echo(f"timing inputs: {described} ({run.timing_how})")
+    echo(format_result(result))
+    echo(f"verification: {run.verification}")
+    echo(f"wrote {output} and {output}{SESSION_SUFFIX}")
+    echo("")
+    echo(snippet(result.winner, output))

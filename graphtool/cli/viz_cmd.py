@@ -8,6 +8,7 @@ import click
 
 from graphtool import io
 from graphtool.cli import cli
+from graphtool.cli.output import echo
 from graphtool.cli.diff_cmd import check_output_folder, write_output
 from graphtool.errors import UsageError
 from graphtool.render.dot import DEFAULT_MAX_NODES, infer_shapes, model_picture
@@ -62,6 +63,9 @@ def viz_command(model_path: str, output: str | None, fmt: str | None, around: st
     if fmt == "png" and not output:
         raise UsageError("PNG goes to a file: add -o out.png")
     check_output_folder(output)
+    from graphtool import progress
+
+    progress.stage("loading model")
     model = io.load(model_path)
     if layers is None:
         layers = fmt == "html" and around is None and _op_count(model) > max_nodes
@@ -79,13 +83,16 @@ def viz_command(model_path: str, output: str | None, fmt: str | None, around: st
             click.echo(f"wrote {output}: {data['opCount']} ops in {len(data['layers']['kind']) - 1} layers")
         return
     if not no_shapes:
+        progress.stage("inferring shapes")
         model = infer_shapes(model)
+    progress.stage("laying out the picture")
     picture = model_picture(model, around=around, depth=depth, max_nodes=max_nodes, all_attrs=all_attrs,
                             names=names)
     if picture.shown < picture.total and around is None:
-        click.echo(f"graphtool: note: drew {picture.shown} of {picture.total} nodes (--max-nodes {max_nodes}); "
+        echo(f"graphtool: note: drew {picture.shown} of {picture.total} nodes (--max-nodes {max_nodes}); "
                    "use --around NODE --depth K for a region, or raise --max-nodes", err=True)
     picture.title = f"{os.path.basename(model_path)}: {picture.title}"
+    progress.stage(f"rendering {fmt}")
     write_output(picture.render(fmt), output)
     if output:
-        click.echo(f"drew {picture.shown} of {picture.total} nodes; wrote {output}")
+        echo(f"drew {picture.shown} of {picture.total} nodes; wrote {output}")

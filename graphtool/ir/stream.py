@@ -80,7 +80,9 @@ def write_model(model: Model, handle: BinaryIO, write_tensor: Callable[[Tensor],
     handle.writelines(nodes)
     del nodes
     handle.write(g_head)
-    for record in records:
+    from graphtool.progress import progress_iter
+
+    for record in progress_iter(records, "saving weights", unit="tensor"):
         record.write(handle)
     handle.write(g_tail)
     handle.write(tail)
