@@ -38,9 +38,9 @@ class FreshVenv:
             raise AssertionError(f"{args} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
         return proc
 
-    def gt(self, *args: str, check: bool = False) -> subprocess.CompletedProcess:
-        """``python -m graphtool ARGS`` in this venv."""
-        return self.run(self.python, "-m", "graphtool", *args, check=check)
+    def gt(self, *args: str, check: bool = False, cwd: str | None = None) -> subprocess.CompletedProcess:
+        """``python -m graphtool ARGS`` in this venv (``cwd``: where it runs; its folder is on sys.path)."""
+        return self.run(self.python, "-m", "graphtool", *args, check=check, cwd=cwd)
 
     def pip_install(self, *targets: str) -> None:
         self.run(self.python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
