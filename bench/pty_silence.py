@@ -33,6 +33,11 @@ COMMANDS = ["inspect", "optimize", "compare", "diff-html", "viz", "convert", "tu
 def run_on_pty(args: list[str], stdout_path: str, timeout: float = 1800.0) -> dict:
     """Run ``args`` with stderr on a pty; return wall time, exit code and the silence record."""
     master, slave = pty.openpty()
+    import fcntl
+    import struct
+    import termios
+
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # a 120-column terminal
     with open(stdout_path, "wb") as out:
         start = time.monotonic()
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=slave, close_fds=True,

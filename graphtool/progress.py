@@ -42,7 +42,7 @@ t0 = float(sys.argv[2])
 stage, bar, paused, last, buf = "starting", "", False, 0.0, b""
 def width():
     try:
-        return os.get_terminal_size(out).columns
+        return os.get_terminal_size(out).columns or 80
     except OSError:
         return 80
 def draw():
