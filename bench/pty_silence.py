@@ -30,7 +30,7 @@ GT = [sys.executable, "-m", "graphtool"]
 COMMANDS = ["inspect", "optimize", "compare", "diff-html", "viz", "convert", "tune"]
 
 
-def run_on_pty(args: list[str], stdout_path: str, timeout: float = 1800.0) -> dict:
+def run_on_pty(args: list[str], stdout_path: str, timeout: float = 1800.0, cwd: str | None = None) -> dict:
     """Run ``args`` with stderr on a pty; return wall time, exit code and the silence record."""
     master, slave = pty.openpty()
     import fcntl
@@ -41,7 +41,7 @@ def run_on_pty(args: list[str], stdout_path: str, timeout: float = 1800.0) -> di
     with open(stdout_path, "wb") as out:
         start = time.monotonic()
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=slave, close_fds=True,
-                                env=dict(os.environ, COLUMNS="120"))
+                                cwd=cwd, env=dict(os.environ, COLUMNS="120"))
     os.close(slave)
     arrivals: list[tuple[float, bytes]] = []
     closed = False
@@ -91,6 +91,7 @@ def run_on_pty(args: list[str], stdout_path: str, timeout: float = 1800.0) -> di
 
 
 def command_args(cmd: str, model: str, work: str, tune_budget: float) -> list[str]:
+    """The command line of ``cmd`` on ``model`` (outputs in ``work``)."""
     stem = Path(model).stem
     optimized = os.path.join(work, f"{stem}.opt.onnx")
     return {
@@ -111,7 +112,10 @@ def main() -> None:
     ap.add_argument("--tune-budget", type=float, default=60.0)
     ap.add_argument("--work", default=None, help="folder for outputs (default: a temp folder)")
     ap.add_argument("--out", default=None, help="also write the rows as JSON here")
+    ap.add_argument("--python", default=sys.executable,
+                    help="the interpreter whose graphtool runs (another checkout's venv: a baseline)")
     ns = ap.parse_args()
+    GT[0] = ns.python
     work = ns.work or tempfile.mkdtemp(prefix="gt-pty-")
     os.makedirs(work, exist_ok=True)
     rows = []
@@ -119,7 +123,7 @@ def main() -> None:
     for model in ns.models:
         for cmd in ns.commands.split(","):
             args = command_args(cmd, model, work, ns.tune_budget)
-            r = run_on_pty(args, os.path.join(work, f"{Path(model).stem}.{cmd}.stdout"))
+            r = run_on_pty(args, os.path.join(work, f"{Path(model).stem}.{cmd}.stdout"), cwd=work)
             r.update(model=Path(model).name, command=cmd)
             rows.append(r)
             print(f"{r['model']:<22} {cmd:<10} {r['wall']:7.1f} {r['code']:>4} {r['silence']:17.2f}  {r['at']}", flush=True)

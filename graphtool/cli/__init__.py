@@ -50,12 +50,6 @@ def cli(ctx: click.Context, debug: bool, allow_links: bool, memory_limit: str | 
     fileguard.ALLOW_LINKS = allow_links
     sandbox.configure(memory_limit=memory_limit, time_limit=time_limit)
     sandbox.SESSIONS = True  # every onnxruntime session of a command runs in the limited child
-    from graphtool import progress
-
-    rest = [*getattr(ctx, "protected_args", []), *ctx.args]
-    machine = "--json" in rest or any(a == "json" and b == "--format" for b, a in zip(rest, rest[1:]))
-    # a status line on a terminal (``graphtool.__main__`` starts it sooner, before the imports)
-    progress.start(ctx.invoked_subcommand or "", enabled=not machine and ctx.invoked_subcommand != "passes")
     ctx.call_on_close(_end_of_command)  # in-process callers (tests) get the library defaults back
     if ctx.invoked_subcommand in ("optimize", "compare", "convert", "tune"):
         sandbox.prewarm()  # onnxruntime starts in the child while the model is read here
@@ -83,6 +77,9 @@ def one_line(text: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    from graphtool import progress
+
+    progress.start_for_argv(argv if argv is not None else sys.argv[1:])  # (``__main__`` started it already)
     if argv is not None:  # a caller in-process (tests): exits are SystemExit, as click gives them
         _run(argv, debug)
         return
