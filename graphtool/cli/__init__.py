@@ -98,6 +98,15 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(code)
     import atexit
 
+    from graphtool import progress
+
+    if progress.active():  # return the heap's free memory while the status line still moves: the
+        try:               # kernel's unmapping at exit is otherwise a silent second on a big model
+            import ctypes
+
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
