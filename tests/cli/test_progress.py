@@ -46,7 +46,9 @@ def test_a_terminal_gets_stages_a_pipe_and_json_get_nothing(tmp_path):
     code, stdout_tty, err_tty = _run(["optimize", MODEL, "-o", out], True, tmp_path)
     assert code == 0
     text = err_tty.decode("utf-8", "replace")
-    assert "graphtool optimize: loading model" in text and "graphtool optimize: verifying" in text
+    # the line shows the latest stage at each tick: a fast stage may be replaced before it is drawn
+    stages = ("loading model", "optimizing", "verifying", "saving")
+    assert sum(f"graphtool optimize: {s}" in text for s in stages) >= 2, text
     assert text.endswith("\r\x1b[K")  # cleared at the end: the shell prompt starts on a clean line
     code, stdout_pipe, err_pipe = _run(["optimize", MODEL, "-o", out], False, tmp_path)
     assert code == 0 and err_pipe == b""
