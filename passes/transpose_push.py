@@ -366,7 +366,7 @@ def drop_layout_only(graph: Graph, ctx: PassContext) -> int:
             continue
         reader = next(iter(readers.values()))
         perm = [int(v) for v in tr.attr("perm")]
-        out = graph.shape(tr.outputs[0]) or ctx.shapes.dims(graph, tr.outputs[0])
+        out = graph.declared_shape(tr.outputs[0]) or ctx.shapes.dims(graph, tr.outputs[0])
         if out is None or len(out) != len(perm):
             continue
         big = [perm[i] for i, d in enumerate(out) if d != 1]

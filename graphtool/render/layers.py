@@ -177,7 +177,7 @@ class LayeredData:
         if value in graph.initializers:
             t = graph.initializers[value]
             return " ".join(x for x in (dtype_name(t.data_type), shape_text(list(t.dims)) or "") if x)
-        dtype, shape = graph.dtype(value), graph.shape(value)
+        dtype, shape = graph.dtype(value), graph.declared_shape(value)
         return " ".join(x for x in (dtype_name(dtype) if dtype else "", shape_text(shape, full) or "") if x)
 
     # -- ops
