@@ -235,8 +235,6 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
         emit(result, True)
         return
     echo(format_report(report, (result["size_before"], result["size_after"]), summary, show_all))
-    if verification is not None and verification.input_sets:
-        echo(input_shapes_line(verification.input_sets))
     found = verification.discovery if verification is not None else None
     if found is not None:
         echo(f"inputs: {found.how} ({found.attempts} attempt{'s' if found.attempts != 1 else ''}, "

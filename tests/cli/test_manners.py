@@ -55,7 +55,7 @@ def test_report_hides_idle_passes_unless_all(run_cli, tmp_path):
 
 def test_verification_input_shapes_are_in_the_text_report(run_cli, tmp_path):
     r = run_cli("optimize", os.path.join(FIXTURES, "conv_bn.onnx"), "-o", str(tmp_path / "o.onnx"))
-    assert "verified on: input [2, 3, 16, 16] float32 | input [2, 3, 16, 16] float32" in r.stdout
+    assert "  set 1: seed 0, defaults: input=2x3x16x16" in r.stdout
 
 
 def test_inspect_counts_weights_held_in_constant_nodes(run_cli, tmp_path):
