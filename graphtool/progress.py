@@ -67,6 +67,7 @@ while True:
             kind, _, rest = line.partition(" ")
             if kind == "S":
                 stage, bar, paused = rest, "", False
+                draw(); last = time.time()  # every stage is shown, however short
             elif kind == "B":
                 done, total = (int(x) for x in rest.split())
                 full = 20 * done // total if total else 0
