@@ -10,7 +10,7 @@ this process, opens in one interleaved run (same threads, every session alive at
 rotated each round, a 5 ms pause before each run of a multi-threaded session so the previous pool's
 spinning threads park):
 
-* the tuned model with ``graphtool.runtime.session.session_for(OUT)`` (the settings tune saved, reopened in a
+* the tuned model with ``graphtool.runtime.session_for(OUT)`` (the settings tune saved, reopened in a
   fresh process: issue 17's point 3), in two sessions ("tuned", "tuned #2");
 * the original under onnxruntime basic / extended / all, at all in ``--orig-sessions`` sessions
   (default 3: "orig all", "orig all #2", ...). Sessions of one model and settings keep an offset of

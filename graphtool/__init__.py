@@ -119,7 +119,7 @@ def tune(path: str | os.PathLike[str], output: str | os.PathLike[str], budget: f
          threads: int | None = None, feeds: dict[str, np.ndarray] | None = None, **options: Any) -> dict[str, Any]:
     """Measure graphtool's rewrite sets x onnxruntime's settings on this machine and write the
     fastest verified model to ``output`` with its settings in ``output.session.json``
-    (``graphtool.runtime.session.session_for(output)`` opens it so); returns the report ``tune --json`` prints."""
+    (``graphtool.runtime.session_for(output)`` opens it so); returns the report ``tune --json`` prints."""
     from graphtool.tune import tune_file
 
     return tune_file(os.fspath(path), os.fspath(output), target=target, threads=threads, budget=budget,

@@ -28,7 +28,7 @@ def snippet(candidate: Candidate, output: str) -> str:
         lines.append(f"opts.intra_op_num_threads = {s.threads}")
     extra = f", disabled_optimizers={s.optimizer_names()!r}" if s.disabled else ""
     lines.append(f"sess = ort.InferenceSession({output!r}, opts, providers=['CPUExecutionProvider']{extra})")
-    lines.append(f"# or: graphtool.runtime.session.session_for({output!r})  (reads {os.path.basename(output)}{SESSION_SUFFIX})")
+    lines.append(f"# or: graphtool.runtime.session_for({output!r})  (reads {os.path.basename(output)}{SESSION_SUFFIX})")
     return "\n".join(lines)
 
 
@@ -80,7 +80,7 @@ def tune_command(model_path: str, output: str, target: str, threads: int | None,
     Kernel micro-benchmarks (each fused op against the subgraph it replaces, at the model's
     shapes) prune the search; whole-model runs, interleaved with the original under onnxruntime's
     defaults, decide. Every rewritten model is verified before it can win. Writes OUT and
-    OUT.session.json (the onnxruntime settings; graphtool.runtime.session.session_for opens it)."""
+    OUT.session.json (the onnxruntime settings; graphtool.runtime.session_for opens it)."""
     from graphtool.progress import progress_steps
     from graphtool.tune import tune_file
 
