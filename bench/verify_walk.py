@@ -15,7 +15,6 @@ call into a module the walk had already left for another). Run it in two checkou
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import sys
@@ -27,56 +26,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def _modules() -> dict[str, str]:
-    found = {}
-    for package, folder in {"graphtool": os.path.join(ROOT, "graphtool"),
-                            "graphtool.passes": os.path.join(ROOT, "passes")}.items():
-        for dirpath, _, files in os.walk(folder):
-            for name in files:
-                if name.endswith(".py"):
-                    rel = os.path.relpath(os.path.join(dirpath, name), folder)[:-3].replace(os.sep, ".")
-                    module = package if rel == "__init__" else f"{package}.{rel.removesuffix('.__init__')}"
-                    found[module] = os.path.join(dirpath, name)
-    return found
-
-
-def _reexports(modules: dict[str, str]) -> dict[tuple[str, str], str]:
-    """(package, name) -> the module a package's ``__init__`` takes the name from (its imports,
-    those under ``TYPE_CHECKING`` too, and a lazy package's ``_HOMES`` map)."""
-    out = {}
-    for package, path in modules.items():
-        if not path.endswith("__init__.py"):
-            continue
-        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(package):
-                for alias in node.names:
-                    home = node.module if node.module != package else f"{package}.{alias.name}"
-                    out[(package, alias.asname or alias.name)] = home
-            elif isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "_HOMES" for t in node.targets):
-                for name, home in ast.literal_eval(node.value).items():
-                    out[(package, name)] = f"{package}.{home}"
-    return out
-
-
 def floors() -> dict[str, int]:
-    modules = _modules()
-    via = _reexports(modules)
-    graph = nx.DiGraph()
-    for module, path in modules.items():
-        graph.add_node(module)
-        tree = ast.parse(open(path, encoding="utf-8").read())
-        for node in ast.walk(tree):
-            targets = []
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-                targets += [via[(node.module, a.name)] for a in node.names if (node.module, a.name) in via]
-            for target in targets:
-                if target in modules and target != module and not module.startswith(target + ".") \
-                        and not modules[target].endswith("__init__.py"):
-                    graph.add_edge(module, target)
-    dag = nx.condensation(graph)  # a circle (the IR's records and graph) is one floor
+    """Each module's floor over the import graph ``tests/test_imports.py`` checks (names taken from
+    a package resolve to the module that defines them; a circle is one floor)."""
+    from tests.test_imports import import_graph
+
+    graph = import_graph()
+    dag = nx.condensation(graph)
     floor: dict[int, int] = {}
     for c in reversed(list(nx.topological_sort(dag))):
         floor[c] = 1 + max((floor[s] for s in dag.successors(c)), default=0)

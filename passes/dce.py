@@ -17,31 +17,10 @@ children first): their roots are their own outputs.
 from __future__ import annotations
 
 from graphtool.ir.graph import Graph, Node
+from graphtool.ir.surgery import live_nodes  # the reverse walk, shared with Graph.cleanup()
 from graphtool.pass_manager import Pass, PassContext, PassResult, register
 
 
-def live_nodes(graph: Graph) -> tuple[set[int], set[str]]:
-    """Ids of the ops some graph output depends on, and the values they (and the outputs) read.
-
-    Subgraph reads come from the subgraphs themselves (``free_values``), not from the owner's
-    capture edges, so a capture edge not yet refreshed after a nested edit cannot mislead.
-    """
-    live: set[int] = set()
-    seen: set[str] = set()
-    stack = [v for v in graph.outputs if v]
-    while stack:
-        value = stack.pop()
-        if value in seen:
-            continue
-        seen.add(value)
-        node = graph.producer(value)
-        if node is None or node.id in live:
-            continue
-        live.add(node.id)
-        stack.extend(v for v in node.inputs if v and v not in seen)
-        for sub in node.subgraphs():
-            stack.extend(v for v in sub.free_values() if v not in seen)
-    return live, seen
 
 
 def dead_initializers(graph: Graph, read: set[str]) -> list[str]:

@@ -174,21 +174,7 @@ class GraphSurgery(GraphEdits):
         Unlike the ``dead-code-elimination`` pass, unread graph inputs go too (graphsurgeon's
         ``cleanup`` does the same): after cutting a subgraph the old inputs are no longer its."""
         graph: Graph = self  # type: ignore[assignment]
-        live: set[int] = set()
-        seen: set[str] = set()
-        stack = [v for v in graph.outputs if v]
-        while stack:
-            value = stack.pop()
-            if value in seen:
-                continue
-            seen.add(value)
-            node = graph.producer(value)
-            if node is None or node.id in live:
-                continue
-            live.add(node.id)
-            stack.extend(v for v in node.inputs if v and v not in seen)
-            for sub in node.subgraphs():
-                stack.extend(v for v in sub.free_values() if v not in seen)
+        live, seen = live_nodes(graph)
         dead = [n for n in graph.nodes() if n.id not in live]
         if dead:
             graph.remove_nodes(dead)
@@ -258,3 +244,27 @@ class GraphSurgery(GraphEdits):
 def make_value_info(name: str, elem_type: int, shape: Iterable[int | str | None] | None) -> ValueInfoProto:
     """A tensor ValueInfoProto (``shape`` None: unknown rank; a None dim: unknown)."""
     return helper.make_tensor_value_info(name, elem_type, None if shape is None else list(shape))
+
+
+def live_nodes(graph: Graph) -> tuple[set[int], set[str]]:
+    """Ids of the ops some graph output depends on, and the values they (and the outputs) read.
+
+    Subgraph reads come from the subgraphs themselves (``free_values``), not from the owner's
+    capture edges, so a capture edge not yet refreshed after a nested edit cannot mislead.
+    """
+    live: set[int] = set()
+    seen: set[str] = set()
+    stack = [v for v in graph.outputs if v]
+    while stack:
+        value = stack.pop()
+        if value in seen:
+            continue
+        seen.add(value)
+        node = graph.producer(value)
+        if node is None or node.id in live:
+            continue
+        live.add(node.id)
+        stack.extend(v for v in node.inputs if v and v not in seen)
+        for sub in node.subgraphs():
+            stack.extend(v for v in sub.free_values() if v not in seen)
+    return live, seen
