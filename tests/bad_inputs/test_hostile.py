@@ -124,9 +124,12 @@ def test_strace_control_sees_the_hard_link_opened_when_allowed(corpus):
     assert _opened(trace, HARDLINK_NAME)
 
 
-def test_fuzz_tensors_smoke():
+def test_fuzz_tensors_smoke(monkeypatch):
     """The string/sparse fuzz property on 300 seeded inputs (the real campaign: fuzz/fuzz_tensors.py)."""
     pytest.importorskip("atheris")
+    # the fuzz script runs onnxruntime in-process by setting GRAPHTOOL_SANDBOX=0 on import: set here,
+    # it is undone after the test (left set, every later test in this worker lost its sandbox children)
+    monkeypatch.setenv("GRAPHTOOL_SANDBOX", "0")
     import importlib.util
     import random
 
