@@ -13,8 +13,9 @@ import graphtool
 from graphtool.cli import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TEXT = open(os.path.join(ROOT, "docs", "reference.md"), encoding="utf-8").read()
-HEADINGS = re.findall(r"^### graphtool (\w+) (.*)$", TEXT, flags=re.M)
+with open(os.path.join(ROOT, "docs", "reference.md"), encoding="utf-8") as _file:
+    TEXT = _file.read()
+HEADINGS = re.findall(r"^### graphtool (\w+) (.*)$", TEXT, flags=re.MULTILINE)
 
 
 @pytest.mark.parametrize(("command", "line"), HEADINGS, ids=[f"{c}-{i}" for i, (c, _) in enumerate(HEADINGS)])
