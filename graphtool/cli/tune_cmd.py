@@ -9,11 +9,11 @@ import click
 from graphtool import io
 from graphtool.cli import cli
 from graphtool.cli.inputs import input_options, resolve_inputs
-from graphtool.cli.output import emit, echo
+from graphtool.cli.output import echo, emit
 from graphtool.errors import UsageError
 from graphtool.inspect import format_table
 from graphtool.runtime import SESSION_SUFFIX
-from graphtool.tune import Candidate, TuneResult
+from graphtool.tune import PAST_TOKENS, PREFILL_TOKENS, Candidate, TuneResult
 from graphtool.verify import ATOL, RTOL
 
 
@@ -33,12 +33,15 @@ def snippet(candidate: Candidate, output: str) -> str:
 
 
 def format_result(result: TuneResult) -> str:
-    rows = [[r.stage, r.candidate.label(), f"{r.median * 1000:.2f}", f"±{r.spread:.0%}", f"{r.speedup:.2f}x",
-             "-" if r.candidate == result.baseline else f"{r.confidence:.0%}", r.rounds,
+    # a decoder's rows carry each generation step's median too (the ranked one is "median ms")
+    steps = list(dict.fromkeys(k for r in result.rows for k in r.steps))
+    rows = [[r.stage, r.candidate.label(), f"{r.median * 1000:.2f}",
+             *[f"{r.steps[k] * 1000:.2f}" if k in r.steps else "-" for k in steps], f"±{r.spread:.0%}",
+             f"{r.speedup:.2f}x", "-" if r.candidate == result.baseline else f"{r.confidence:.0%}", r.rounds,
              r.status + (f", {r.left.split(' after')[0]}" if r.left else "")]
             for r in result.rows]
-    lines = [format_table(rows, ["stage", "candidate", "median ms", "noise", "vs original", "conf. faster",
-                                 "rounds", "status"])]
+    lines = [format_table(rows, ["stage", "candidate", "median ms", *[f"{k} ms" for k in steps], "noise",
+                                 "vs original", "conf. faster", "rounds", "status"])]
     if result.kernels:
         krows = [[k.op, k.shapes, f"{k.fused * 1e6:.0f}", f"{k.unfused * 1e6:.0f}", f"{k.fused / k.unfused:.2f}x",
                   k.verdict] for k in result.kernels]
@@ -68,19 +71,29 @@ def format_result(result: TuneResult) -> str:
               help="Pin onnxruntime's intra-op threads (default: try 1 and one per core).")
 @click.option("--budget", type=click.FloatRange(1, 86400), default=300.0, show_default=True,
               help="Seconds the search may take (stages beyond it are skipped and reported).")
+@click.option("--prefill", type=click.IntRange(1, 1 << 20), default=PREFILL_TOKENS, show_default=True,
+              help="A model with a KV cache: tokens of the prefill step timed (over an empty cache).")
+@click.option("--past", type=click.IntRange(1, 1 << 20), default=PAST_TOKENS, show_default=True,
+              help="A model with a KV cache: cached tokens the decode step (1 new token) is timed over.")
+@click.option("--pick", type=click.Choice(["decode", "prefill"]), default="decode", show_default=True,
+              help="A model with a KV cache: the step the candidates are ranked by (both are reported).")
 @input_options
 @click.option("--rtol", type=float, default=RTOL, show_default=True)
 @click.option("--atol", type=float, default=ATOL, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def tune_command(model_path: str, output: str, target: str, threads: int | None, budget: float,
-                 input_shapes: tuple[str, ...], inputs_file: str | None, input_values: tuple[str, ...],
-                 rtol: float, atol: float, as_json: bool) -> None:
+def tune_command(model_path: str, output: str, target: str, threads: int | None, budget: float, prefill: int,
+                 past: int, pick: str, input_shapes: tuple[str, ...], inputs_file: str | None,
+                 input_values: tuple[str, ...], rtol: float, atol: float, as_json: bool) -> None:
     """Measure graphtool's rewrite sets x onnxruntime's settings on this machine; keep the fastest.
 
     Kernel micro-benchmarks (each fused op against the subgraph it replaces, at the model's
     shapes) prune the search; whole-model runs, interleaved with the original under onnxruntime's
     defaults, decide. Every rewritten model is verified before it can win. Writes OUT and
-    OUT.session.json (the onnxruntime settings; graphtool.runtime.session_for opens it)."""
+    OUT.session.json (the onnxruntime settings; graphtool.runtime.session_for opens it).
+
+    A model with a KV cache (past_key_values.* inputs) is timed on a prefill (--prefill tokens,
+    empty cache) and a decode step (1 token over --past cached ones) in every run; both latencies
+    are reported for every candidate, and the decode step ranks them unless --pick prefill."""
     from graphtool.progress import progress_steps
     from graphtool.tune import tune_file
 
@@ -94,14 +107,21 @@ def tune_command(model_path: str, output: str, target: str, threads: int | None,
     shapes, feeds, values = resolve_inputs(model_inputs, input_shapes, inputs_file, input_values)
     with progress_steps("tuning", enabled=not as_json) as step:
         run = tune_file(model_path, output, original=original, target=target, threads=threads, budget=budget,
-                        feeds=feeds, input_shapes=shapes, input_values=values, rtol=rtol, atol=atol, progress=step)
+                        feeds=feeds, input_shapes=shapes, input_values=values, rtol=rtol, atol=atol, progress=step,
+                        prefill=prefill, past=past, pick=pick)
     result = run.result
     report = run.as_dict()
     if as_json:
         emit(report, True)
         return
-    described = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in run.timing_shapes.items())
-    echo(f"timing inputs: {described} ({run.timing_how})")
+    if run.decoder:
+        for step, step_shapes in run.decoder["steps"].items():
+            described = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in step_shapes.items())
+            echo(f"timing inputs, {step}: {described}")
+        echo(f"({run.timing_how})")
+    else:
+        described = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in run.timing_shapes.items())
+        echo(f"timing inputs: {described} ({run.timing_how})")
     echo(format_result(result))
     echo(f"verification: {run.verification}")
     echo(f"wrote {output} and {output}{SESSION_SUFFIX}")

@@ -4,10 +4,45 @@ bookkeeping, ``ort`` the onnxruntime timer that makes them."""
 
 from __future__ import annotations
 
-from graphtool.tune.ort import clock_for, rewrite_passes, tune_file
+from graphtool.tune.ort import (
+           PAST_TOKENS,
+           PICKS,
+           PREFILL_TOKENS,
+           clock_for,
+           rewrite_passes,
+           step_latencies,
+           tune_file,
+)
 from graphtool.tune.race import round_means
-from graphtool.tune.search import Candidate, OrtSettings, RewriteSet, TuneResult, confidence, tune
+from graphtool.tune.search import (
+           Candidate,
+           OrtSettings,
+           RewriteSet,
+           TuneResult,
+           confidence,
+           tune,
+)
+from graphtool.tune.space import Sample, step_medians
 from graphtool.tune.stats import session_gap, session_test, t_quantile
 
-__all__ = ["Candidate", "OrtSettings", "RewriteSet", "TuneResult", "clock_for", "confidence", "rewrite_passes",
-           "round_means", "session_gap", "session_test", "t_quantile", "tune", "tune_file"]
+__all__ = [
+           "PAST_TOKENS",
+           "PICKS",
+           "PREFILL_TOKENS",
+           "Candidate",
+           "OrtSettings",
+           "RewriteSet",
+           "Sample",
+           "TuneResult",
+           "clock_for",
+           "confidence",
+           "rewrite_passes",
+           "round_means",
+           "session_gap",
+           "session_test",
+           "step_latencies",
+           "step_medians",
+           "t_quantile",
+           "tune",
+           "tune_file",
+]

@@ -4,6 +4,13 @@ graphtool.tune.search decides; this module measures. ``OrtTimer`` implements tun
 with real sessions in this process (never the sandbox child: a pipe round trip would be timed
 too), wall-clock ``perf_counter`` around ``session.run`` on the model's real inputs, candidates
 interleaved round by round so load from other processes falls on all of them alike.
+
+A model with a KV cache is timed on two steps of a generation in every run: a prefill of
+``--prefill`` tokens over an empty cache, then a decode step of one token over ``--past`` cached
+ones (graphtool.verify.find_step_inputs builds both, as verification builds its KV-cache sets).
+Each run's sample is a ``Sample``: the seconds of the step the search ranks by (``pick``: the
+decode step unless told otherwise, since a generation runs one prefill and then a decode step
+per new token) carrying both steps' seconds, so every row reports both latencies.
 """
 
 from __future__ import annotations
@@ -26,8 +33,16 @@ from graphtool.optimize import optimize
 from graphtool.pass_manager import load_builtin_and_plugins, select_passes
 from graphtool.runtime import SESSION_SUFFIX, tuned_session
 from graphtool.tune.search import tune
-from graphtool.tune.space import FUSED_OPS, ORT_FUSIONS, Candidate, OrtSettings, RewriteSet, TuneResult
-from graphtool.verify import ATOL, RTOL, find_inputs, verify
+from graphtool.tune.space import (
+    FUSED_OPS,
+    ORT_FUSIONS,
+    Candidate,
+    OrtSettings,
+    RewriteSet,
+    Sample,
+    TuneResult,
+)
+from graphtool.verify import ATOL, RTOL, find_inputs, find_step_inputs, verify
 
 WARMUP = 2
 # onnxruntime's intra-op threads spin after a run; interleaved, they steal the next session's CPU
@@ -37,6 +52,11 @@ SPIN_PAUSE = 0.005
 KERNEL_MIN_ROUNDS, KERNEL_MAX_ROUNDS = 10, 300
 # The share of the machine's memory tune's sessions may hold together.
 MEMORY_SHARE = 0.25
+# A decoder's generation steps: a prefill of this many tokens over an empty cache, a decode step
+# of one token over this many cached ones (--prefill, --past), ranked by the decode step (--pick).
+PREFILL_TOKENS, PAST_TOKENS = 64, 64
+PICKS = {"decode": "the decode step (a generation runs one prefill, then one decode step per new token)",
+         "prefill": "the prefill (--pick prefill: the time to the first token)"}
 
 
 def rewrite_passes(rewrite: RewriteSet, target: str) -> list[str] | None:
@@ -94,7 +114,13 @@ class OrtTimer:
     """Rewrite-set models on disk under ``workdir``, sessions kept while their candidates are timed."""
 
     def __init__(self, original: Model, original_path: str, feeds: dict[str, np.ndarray], target: str,
-                 workdir: str, input_shapes: dict[str, list[int]] | None = None) -> None:
+                 workdir: str, input_shapes: dict[str, list[int]] | None = None,
+                 steps: dict[str, dict[str, np.ndarray]] | None = None, pick: str = "decode") -> None:
+        # steps: a decoder's generation steps (name → feeds), run in this order in every timed run;
+        # ``feeds`` is then the picked step's (what the kernel micro-benchmarks see)
+        self.steps, self.pick = dict(steps or {}), pick
+        if self.steps:
+            feeds = self.steps[pick]
         self.original, self.original_path, self.feeds = original, original_path, feeds
         self.target, self.workdir, self.input_shapes = target, workdir, input_shapes or {}
         self.paths: dict[RewriteSet, str] = {}
@@ -144,9 +170,11 @@ class OrtTimer:
             sess = tuned_session(path, cand.ort.level, tuple(cand.ort.optimizer_names()), cand.ort.threads)
             self.session_bytes = max(self.session_bytes, _rss() - before)
             names = {i.name for i in sess.get_inputs()}
-            feeds = {k: v for k, v in self.feeds.items() if k in names}
+            steps = self.steps or {"": self.feeds}
+            feeds = {step: {k: v for k, v in got.items() if k in names} for step, got in steps.items()}
             for _ in range(WARMUP):
-                sess.run(None, feeds)
+                for one in feeds.values():
+                    sess.run(None, one)
             self.sessions[cand] = (sess, feeds)
         return self.sessions[cand]
 
@@ -162,11 +190,14 @@ class OrtTimer:
         for r in range(rounds):
             order = runs[r % len(runs):] + runs[:r % len(runs)]  # rotate: no candidate always runs first
             for cand, sess, feeds in order:
-                if pause:
-                    time.sleep(pause)
-                start = clock()
-                sess.run(None, feeds)
-                samples[cand].append(clock() - start)
+                took = {}
+                for step, one in feeds.items():  # a decoder: the prefill, then the decode step
+                    if pause:
+                        time.sleep(pause)
+                    start = clock()
+                    sess.run(None, one)
+                    took[step] = clock() - start
+                samples[cand].append(Sample(took[self.pick], took) if self.steps else took[""])
         self.wall_per_run = (time.perf_counter() - started) / max(1, rounds * len(runs))
         return samples
 
@@ -371,12 +402,13 @@ class TuneRun:
     timing_how: str
     verification: str
     settings: dict[str, Any]
+    decoder: dict[str, Any] | None = None  # a KV-cache model's steps, the rule that picked, both latencies
 
     def as_dict(self) -> dict[str, Any]:
         return {"input": self.model_path, "output": self.output, "session": self.output + SESSION_SUFFIX,
                 "target": self.target, "budget": self.budget, "timing_inputs": self.timing_shapes,
                 "timing_inputs_how": self.timing_how, "verification": self.verification, "settings": self.settings,
-                **self.result.as_dict()}
+                "decoder": self.decoder, **self.result.as_dict()}
 
 
 def session_settings(result: TuneResult, output: str) -> dict[str, Any]:
@@ -392,27 +424,60 @@ def session_settings(result: TuneResult, output: str) -> dict[str, Any]:
             "speedup": round(result.speedup, 4), "confidence": round(result.confidence, 3)}
 
 
+def step_latencies(result: TuneResult, candidate: Candidate) -> dict[str, float]:
+    """A decoder's step → seconds for ``candidate`` from the last row that measured it ({} for other models)."""
+    rows = [r for r in result.rows if r.candidate == candidate and r.steps and r.status == "measured"]
+    return dict(rows[-1].steps) if rows else {}
+
+
+def _decoder_report(result: TuneResult, prefill: int, past: int, pick: str,
+                    shapes: dict[str, dict[str, list[int]]]) -> dict[str, Any]:
+    winner, original = step_latencies(result, result.winner), step_latencies(result, result.baseline)
+    result.findings.insert(0, f"KV cache: every run timed a prefill of {prefill} tokens (empty past) and then a decode "
+                              f"step (1 token over {past} past); candidates ranked by {PICKS[pick]}")
+    if winner and original:
+        result.findings.insert(1, "the winner: " + ", ".join(
+            f"{step} {winner[step] * 1000:.2f} ms ({original[step] / winner[step]:.2f}x the original's "
+            f"{original[step] * 1000:.2f} ms)" for step in winner if step in original))
+    return {"prefill_tokens": prefill, "past_tokens": past, "pick": pick, "rule": PICKS[pick], "steps": shapes,
+            "winner_ms": {k: round(v * 1000, 4) for k, v in winner.items()},
+            "original_ms": {k: round(v * 1000, 4) for k, v in original.items()}}
+
+
 def tune_file(model_path: str, output: str, original: Model | None = None, target: str = "ort",
               threads: int | None = None, budget: float = 300.0, feeds: dict[str, np.ndarray] | None = None,
               input_shapes: dict[str, list[int]] | None = None, input_values: dict[str, list[Any]] | None = None,
-              rtol: float = RTOL, atol: float = ATOL, progress: Callable[[str], None] = lambda _s: None) -> TuneRun:
+              rtol: float = RTOL, atol: float = ATOL, progress: Callable[[str], None] = lambda _s: None,
+              prefill: int = PREFILL_TOKENS, past: int = PAST_TOKENS, pick: str = "decode") -> TuneRun:
     """Tune ``model_path`` on this machine; write the winner to ``output`` and its onnxruntime
-    settings to ``output.session.json``. Times on ``feeds`` if given, else on the largest input
-    set verification finds (which may be smaller than what the user runs: the report says so)."""
+    settings to ``output.session.json``. Times on ``feeds`` if given; else a model with a KV cache on
+    a prefill of ``prefill`` tokens and a decode step over ``past`` cached ones (ranked by ``pick``),
+    any other on the largest input set verification finds (which may be smaller than what the user
+    runs: the report says so)."""
     from graphtool.optimize import require_schema_valid
 
+    if pick not in PICKS:
+        raise ValueError(f"pick must be one of {sorted(PICKS)}")
     original = original if original is not None else io.load(model_path)
     require_schema_valid(original)  # a broken op is named as such, before onnxruntime's load error
     shapes, values = dict(input_shapes or {}), dict(input_values or {})
+    steps = None
     if feeds is not None:
         timing, how = feeds, "given"
     else:
-        found = find_inputs(original, model_path, shapes, values)
-        # timed at a size people run where the model accepted one (else the last set found)
-        timing = next((s.feeds for s in found.sets if "realistic size" in s.label), found.sets[-1].feeds)
-        how = f"{found.how}; give --inputs or --input-shape for the shapes you run"
+        found_steps = find_step_inputs(original, model_path, prefill, past, shapes, values)
+        if found_steps is not None:
+            steps = {name: s.feeds for name, s in found_steps.steps.items()}
+            timing = steps[pick]
+            how = (f"{found_steps.how}: " + "; ".join(s.label.split(", ", 1)[1] for s in found_steps.steps.values())
+                   + "; --prefill/--past set the step sizes")
+        else:
+            found = find_inputs(original, model_path, shapes, values)
+            # timed at a size people run where the model accepted one (else the last set found)
+            timing = next((s.feeds for s in found.sets if "realistic size" in s.label), found.sets[-1].feeds)
+            how = f"{found.how}; give --inputs or --input-shape for the shapes you run"
     with tempfile.TemporaryDirectory(prefix="graphtool-tune-") as workdir:
-        timer = OrtTimer(original, model_path, timing, target, workdir, shapes)
+        timer = OrtTimer(original, model_path, timing, target, workdir, shapes, steps, pick)
         verifier = Verifier(timer, feeds, shapes, values, rtol, atol)
         result = tune(timer, verifier, time.perf_counter, budget=budget, threads=threads,
                       cores=os.cpu_count() or 1, progress=progress)
@@ -427,8 +492,10 @@ def tune_file(model_path: str, output: str, original: Model | None = None, targe
         else:
             verification = verifier.summaries.get(result.winner.rewrite, "verified")
         io.save(timer.model(result.winner.rewrite), output)
+    decoder = None if steps is None else _decoder_report(
+        result, prefill, past, pick, {k: {n: list(v.shape) for n, v in f.items()} for k, f in steps.items()})
     settings = session_settings(result, output)
     with io.atomic_file(output + SESSION_SUFFIX) as handle:
         handle.write((json.dumps(settings, indent=2) + "\n").encode())
     return TuneRun(model_path, output, target, budget, result, {k: list(v.shape) for k, v in timing.items()}, how,
-                   verification, settings)
+                   verification, settings, decoder)

@@ -89,6 +89,7 @@ from graphtool.tune.space import (  # noqa: F401 - the search's vocabulary, re-e
     Timer,
     TuneResult,
     Verifier,
+    step_medians,
 )
 from graphtool.tune.stats import confidence, session_gap, spread  # noqa: F401 - re-exported
 
@@ -191,7 +192,8 @@ class _Search:
         for cand, got in samples.items():
             mine, theirs = paired(got, base)
             rows.append(Row(cand, stage, statistics.median(mine), statistics.median(theirs), spread(mine), len(mine),
-                            confidence(mine, theirs) if cand != self.baseline else 0.5, left=race.left.get(cand, "")))
+                            confidence(mine, theirs) if cand != self.baseline else 0.5, left=race.left.get(cand, ""),
+                            steps=step_medians(mine)))
         self.rows.extend(rows)
         return sorted(rows, key=lambda r: -r.speedup)
 
@@ -419,7 +421,8 @@ class _Search:
         for cand, got_ in samples.items():
             mine, theirs = paired(got_, pooled)
             self.rows.append(Row(cand, "confirmation", statistics.median(mine), statistics.fmean(found.original_ms),
-                                 spread(mine), len(mine), confidence(mine, theirs)))
+                                 spread(mine), len(mine), confidence(mine, theirs),
+                                 steps=step_medians(mine)))
         count = {2: "two", 4: "four", 6: "six"}.get(found.sessions, str(found.sessions))
         self.findings.append(
             f"{label} measured {win.speedup:.3f}x in the race and {found.ratio:.3f}x against {count} fresh sessions of "

@@ -9,6 +9,7 @@ the command and the benchmark read these types without importing the search's de
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
@@ -146,6 +147,27 @@ class Timer(Protocol):
         ...
 
 
+class Sample(float):
+    """One timed run of a model with generation steps (a KV-cache decoder: a prefill, then a decode
+    step): the seconds of the step the search ranks by, as a float every statistic reads, and
+    ``steps``, every step's seconds in that run, so each row can report them all."""
+
+    __slots__ = ("steps",)
+
+    def __new__(cls, value: float, steps: dict[str, float]) -> Sample:
+        sample = super().__new__(cls, value)
+        sample.steps = steps
+        return sample
+
+
+def step_medians(samples: Sequence[float]) -> dict[str, float]:
+    """Step name → median seconds over ``samples`` ({} unless every sample is a ``Sample``)."""
+    parts = [getattr(x, "steps", None) for x in samples]
+    if not parts or any(p is None for p in parts):
+        return {}
+    return {name: statistics.median(p[name] for p in parts) for name in parts[0]}
+
+
 Verifier = Callable[[RewriteSet], "str | None"]  # None when the rewrite set's model is verified, else why not
 
 
@@ -162,6 +184,7 @@ class Row:
     confidence: float  # that it is faster than the baseline
     status: str = "measured"
     left: str = ""  # why it left its race before the end (dropped as slower, or retired to make room)
+    steps: dict[str, float] = field(default_factory=dict)  # a decoder's step → median seconds, same rounds
 
     @property
     def speedup(self) -> float:
@@ -173,7 +196,8 @@ class Row:
                 "baseline_ms": round(self.baseline * 1000, 4), "speedup": round(self.speedup, 4),
                 "spread": round(self.spread, 4), "rounds": self.rounds,
                 "confidence_faster_than_baseline": round(self.confidence, 3), "status": self.status,
-                "left_race": self.left}
+                "left_race": self.left, **({"steps_ms": {k: round(v * 1000, 4) for k, v in self.steps.items()}}
+                                           if self.steps else {})}
 
 
 @dataclass

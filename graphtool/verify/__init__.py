@@ -9,6 +9,7 @@ from graphtool.verify.bisect import find_culprit
 from graphtool.verify.discover import (
     InputSet,
     InputSpec,
+    StepSets,
     compared_values,
     id_bounds,
     metadata_sizes,
@@ -22,9 +23,26 @@ from graphtool.verify.verification import (
     Verification,
     compare_arrays,
     find_inputs,
+    find_step_inputs,
     verify,
 )
 
-__all__ = ["ATOL", "InputSet", "InputSpec", "OutputDiff", "RTOL", "ReferenceJob", "Verification",
-           "compare_arrays", "compared_values", "find_culprit", "find_inputs", "id_bounds", "metadata_sizes",
-           "shape_plan", "verify"]
+__all__ = [
+    "ATOL",
+    "RTOL",
+    "InputSet",
+    "InputSpec",
+    "OutputDiff",
+    "ReferenceJob",
+    "StepSets",
+    "Verification",
+    "compare_arrays",
+    "compared_values",
+    "find_culprit",
+    "find_inputs",
+    "find_step_inputs",
+    "id_bounds",
+    "metadata_sizes",
+    "shape_plan",
+    "verify",
+]

@@ -20,7 +20,9 @@ Ties come from the graph, not from names alone:
 ``DimModel.shapes(mode)`` then builds the shapes of one input set: ``defaults`` (every class 2,
 as before: a model that ran then runs now), ``distinct`` (2 for batch, 3, 5, 7, ... for the others,
 powers of two for image sides), ``realistic`` (a size people run: 224 and up for image sides, 16
-and up for tokens), ``prefill`` (P = 0) and ``decode`` (S = 1).
+and up for tokens), ``prefill`` (P = 0) and ``decode`` (S = 1); ``step_sizes(new, past)`` one
+generation step at batch 1 (what ``tune`` times a decoder on: a prefill of N tokens, a decode step
+over P cached ones).
 """
 
 from __future__ import annotations
@@ -116,6 +118,17 @@ class DimModel:
             sizes[past] = 0
         if mode == "decode" and new:
             sizes[new] = 1
+        return sizes
+
+    def step_sizes(self, new: int, past: int) -> dict[str, int]:
+        """Class -> size for one generation step at batch 1: ``new`` tokens over ``past`` cached ones
+        (a prefill: past 0; a decode step: new 1); the other free dims at a size people run."""
+        sizes = self.sizes("realistic", 1)
+        p, s = self._of("past"), self._of("sequence")
+        if p:
+            sizes[p] = past
+        if s:
+            sizes[s] = new
         return sizes
 
     def values(self, sizes: dict[str, int]) -> tuple[int, int]:

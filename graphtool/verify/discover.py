@@ -401,3 +401,51 @@ def ort_reason(err: Exception) -> str:
         text = text.rsplit(marker, 1)[1]
     text = re.sub(r"^/\S+:\d+ \S+?\(.*?\)\s*", "", text)
     return text[:240] or type(err).__name__
+
+
+# --------------------------------------------------------------------------- generation steps
+
+
+@dataclass
+class StepSets:
+    """A KV-cache model's generation steps, as ``tune`` times them: step name → its input set
+    (the original's outputs on it included), in the order a generation runs them."""
+
+    steps: dict[str, InputSet]
+    how: str  # the dims' roles, for the report
+
+    @property
+    def shapes(self) -> dict[str, dict[str, list[int]]]:
+        return {name: s.shapes for name, s in self.steps.items()}
+
+
+def step_sets(model: onnx.ModelProto, run: Any, inputs: list[InputSpec], prefill: int, past: int, seed: int = 0,
+              fixed_shapes: dict[str, list[int]] | None = None,
+              fixed_values: dict[str, list[Any]] | None = None) -> StepSets | None:
+    """A prefill of ``prefill`` tokens over an empty cache and a decode step of one token over
+    ``past`` cached ones, at batch 1, built as verification builds its KV-cache sets (``dims``: the
+    mask spans past + new, positions count past .. past+new-1, ids stay inside the embedding
+    table); None when the model has no KV-cache inputs. Each set is run on the original
+    (``run``): a step it refuses raises ModelDoesNotRun naming the step and the flags that help."""
+    fixed = dict(fixed_shapes or {})
+    dm = analyse(model if model.graph.node else None, inputs, fixed)
+    if not dm.kv_cache:
+        return None
+    user_values = {k: list(v) for k, v in (fixed_values or {}).items()}
+    found_values = {k: v for k, v in compared_values(model, inputs).items() if k not in user_values}
+    values = _value_sets(user_values, found_values)[0]
+    search = _Search(inputs, run, seed, id_bounds(model, inputs), time.perf_counter)
+    steps: dict[str, InputSet] = {}
+    for name, new, cached in (("prefill", prefill, 0), ("decode", 1, past)):
+        sizes = dm.step_sizes(new, cached)
+        shapes = {s.name: list(fixed[s.name]) if s.name in fixed else dm.shape(s, sizes) for s in inputs}
+        label = f"{name}: {new} new token{'s' if new != 1 else ''}, past {cached}"
+        got, reason = search.attempt(_Plan(label, shapes, role_arrays(dm, inputs, shapes, sizes, fixed), 1),
+                                     values, seed, label)
+        if got is None:
+            flag = "--prefill" if name == "prefill" else "--past"
+            raise ModelDoesNotRun(f"the original model fails in onnxruntime on its {label} "
+                                  f"({describe(shapes, inputs, values)}): {reason}; change {flag}, or give the "
+                                  "inputs you run with --inputs FILE")
+        steps[name] = got
+    return StepSets(steps, dm.describe())

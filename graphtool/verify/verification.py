@@ -22,8 +22,25 @@ from graphtool.ir.model import Model
 from graphtool.ir.to_onnx import to_onnx
 from graphtool.runtime import ORT_TYPES, Source, make_session, source_of
 from graphtool.verify import tolerance
-from graphtool.verify.coverage import Coverage, Site, instrument, record, strip_markers, unverified_rewrites
-from graphtool.verify.discover import Discovery, InputSet, InputSpec, discover, make_feeds, ort_reason, shape_plan
+from graphtool.verify.coverage import (
+    Coverage,
+    Site,
+    instrument,
+    record,
+    strip_markers,
+    unverified_rewrites,
+)
+from graphtool.verify.discover import (
+    Discovery,
+    InputSet,
+    InputSpec,
+    StepSets,
+    discover,
+    make_feeds,
+    ort_reason,
+    shape_plan,
+    step_sets,
+)
 
 RTOL = 1e-3
 ATOL = 1e-4
@@ -171,7 +188,7 @@ class Snapshot:
     branchy: bool  # If/Loop/Scan: instrument for coverage
 
     @staticmethod
-    def of(original: Model, original_path: str | None = None) -> "Snapshot":
+    def of(original: Model, original_path: str | None = None) -> Snapshot:
         proto = None if io.wants_external(original) else to_onnx(original)
         # only If/Loop/Scan make coverage sites: without them the whole-model copy is skipped
         branchy = any(original.graph.has_op(op) for op in ("If", "Loop", "Scan"))
@@ -303,7 +320,7 @@ class ReferenceJob:
         return self._side
 
 
-_STARTED: "weakref.WeakSet[ReferenceJob]" = weakref.WeakSet()
+_STARTED: weakref.WeakSet[ReferenceJob] = weakref.WeakSet()
 
 
 def abandon_references() -> None:
@@ -398,6 +415,16 @@ class _NoiseFloor:
                 self.outputs[id(s)] = {}
         other = self.outputs[id(s)].get(name)
         return tolerance.noise(ref_value, other) if other is not None else 0.0
+
+
+def find_step_inputs(model: Model, path: str | None, prefill: int, past: int,
+                     input_shapes: dict[str, list[int]] | None = None,
+                     input_values: dict[str, list[Any]] | None = None, seed: int = 0) -> StepSets | None:
+    """A KV-cache model's prefill and decode-step input sets, checked on the original
+    (graphtool.verify.discover.step_sets); None when the model has no KV cache."""
+    ref = Reference(Snapshot.of(model, path))
+    return step_sets(ref.proto if ref.proto is not None else onnx.ModelProto(), ref.run, input_specs(ref.session),
+                     prefill, past, seed, input_shapes, input_values)
 
 
 def find_inputs(model: Model, path: str | None = None, input_shapes: dict[str, list[int]] | None = None,
