@@ -1,13 +1,16 @@
 """Latency of QDQ CNNs: graphtool level 2 --target ort under onnxruntime *basic* vs the original under
 onnxruntime *all* (issue 34: within 3% or faster).
 
-    .venv/bin/python bench/qdq_latency.py [--models a,b] [--runs 60] [--dir /work/cache/qdq/models]
+    .venv/bin/python bench/qdq_latency.py [--models a,b] [--runs 60] [--rounds 5] [--extra] [--dir ...]
 
-One process, one intra-op thread. Per model both sessions are created, outputs compared, then
-warmed up and run **interleaved** (A, B, A, B, ...) ``--runs`` times on one random input, so load
-from other processes falls on both alike. Medians of wall time (``perf_counter``) and of this
-process's CPU time (``process_time``, what the run cost us on a shared machine) are reported as
-ratios graphtool/original; < 1 is faster.
+One process, one intra-op thread. Per model the sessions are created, outputs compared, then
+warmed up and run **interleaved** (A, B, A, B, ...) ``--runs`` times per round on one random input,
+so load from other processes falls on all alike. Per round the medians of wall time
+(``perf_counter``) and of this process's CPU time (``process_time``, what the run cost us on a
+shared machine) give a ratio contender/original-under-all (< 1 is faster); the table shows the
+median ratio over ``--rounds`` rounds and its range, so a reader sees the spread, not one draw.
+``--extra`` adds two contenders to the same interleaved run: graphtool L2 ort without the
+channels-last pass (``--skip ort-qdq-nhwc``) under ORT basic, and the original under ORT extended.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ def _session(path: str, level: str):
 
     opts = ort.SessionOptions()
     opts.graph_optimization_level = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                                     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
                                      "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
@@ -41,35 +45,66 @@ def _session(path: str, level: str):
     return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
 
-def measure(name: str, path: str, runs: int, tmp: str) -> dict:
-    model, report, _ = optimize(io.load(path), level=2, target="ort", in_place=True)
-    out = os.path.join(tmp, name + ".gt.onnx")
+def _optimized(path: str, out: str, skip: tuple[str, ...] = ()) -> tuple[int, int]:
+    model, report, _ = optimize(io.load(path), level=2, target="ort", skip=skip, in_place=True)
     io.save(model, out)
-    a, b = _session(path, "all"), _session(out, "basic")
+    return report.nodes_before, report.nodes_after
+
+
+def _feed(sess) -> dict:
     rng = np.random.default_rng(0)
-    inp = a.get_inputs()[0]
+    inp = sess.get_inputs()[0]
     shape = [d if isinstance(d, int) and d > 0 else 1 for d in inp.shape]
     if len(shape) == 4 and shape[1] == 3 and shape[2] == 1:  # dynamic H, W (PP-OCR's classifier): its own size
         shape[2:] = [48, 192]
-    feed = {inp.name: rng.standard_normal(shape).astype(np.float32)}
-    ra, rb = a.run(None, feed), b.run(None, feed)
-    diff = max(float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) for x, y in zip(ra, rb))
+    return {inp.name: rng.standard_normal(shape).astype(np.float32)}
+
+
+def _max_abs(ra: list, rb: list) -> float:
+    return max(float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) for x, y in zip(ra, rb))
+
+
+def measure(name: str, path: str, runs: int, rounds: int, tmp: str, extra: bool) -> dict:
+    gt = os.path.join(tmp, name + ".gt.onnx")
+    nodes = _optimized(path, gt)
+    contenders = {"orig@all": _session(path, "all"), "gt@basic": _session(gt, "basic")}
+    if extra:
+        plain = os.path.join(tmp, name + ".gt-nchw.onnx")
+        nodes_nchw = _optimized(path, plain, skip=("ort-qdq-nhwc",))
+        contenders["gt-nchw@basic"] = _session(plain, "basic")
+        contenders["orig@extended"] = _session(path, "extended")
+    feed = _feed(contenders["orig@all"])
+    ref = contenders["orig@all"].run(None, feed)
+    diffs = {k: _max_abs(ref, s.run(None, feed)) for k, s in contenders.items()}
     for _ in range(5):
-        a.run(None, feed)
-        b.run(None, feed)
-    wall = {"a": [], "b": []}
-    cpu = {"a": [], "b": []}
-    for _ in range(runs):
-        for key, sess in (("a", a), ("b", b)):
-            w, c = time.perf_counter(), time.process_time()
+        for sess in contenders.values():
             sess.run(None, feed)
-            wall[key].append(time.perf_counter() - w)
-            cpu[key].append(time.process_time() - c)
-    med = {k: statistics.median(v) for k, v in wall.items()}
-    cmed = {k: statistics.median(v) for k, v in cpu.items()}
-    return {"model": name, "nodes": [report.nodes_before, report.nodes_after], "max_abs": diff,
-            "orig_all_ms": med["a"] * 1e3, "gt_basic_ms": med["b"] * 1e3, "wall_ratio": med["b"] / med["a"],
-            "cpu_ratio": cmed["b"] / cmed["a"]}
+    ratios: dict[str, dict[str, list[float]]] = {k: {"wall": [], "cpu": []} for k in contenders if k != "orig@all"}
+    ms: dict[str, list[float]] = {k: [] for k in contenders}
+    for _ in range(rounds):
+        wall = {k: [] for k in contenders}
+        cpu = {k: [] for k in contenders}
+        for _ in range(runs):
+            for key, sess in contenders.items():
+                w, c = time.perf_counter(), time.process_time()
+                sess.run(None, feed)
+                wall[key].append(time.perf_counter() - w)
+                cpu[key].append(time.process_time() - c)
+        med = {k: statistics.median(v) for k, v in wall.items()}
+        cmed = {k: statistics.median(v) for k, v in cpu.items()}
+        for k in ms:
+            ms[k].append(med[k] * 1e3)
+        for k in ratios:
+            ratios[k]["wall"].append(med[k] / med["orig@all"])
+            ratios[k]["cpu"].append(cmed[k] / cmed["orig@all"])
+    result = {"model": name, "nodes": list(nodes), "max_abs": diffs, "ms": ms, "ratios": ratios}
+    if extra:
+        result["nodes_nchw"] = nodes_nchw[1]
+    return result
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} ({min(values):.3f}–{max(values):.3f})"
 
 
 def main() -> None:
@@ -77,17 +112,35 @@ def main() -> None:
     ap.add_argument("--dir", default="/work/cache/qdq/models")
     ap.add_argument("--models")
     ap.add_argument("--runs", type=int, default=60)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--extra", action="store_true")
+    ap.add_argument("--json")
     args = ap.parse_args()
     with open(os.path.join(args.dir, "corpus.json")) as handle:
         index = json.load(handle)
     names = args.models.split(",") if args.models else [n for n, i in index.items() if i["kind"] == "qdq" and "bert" not in n]
-    print("| model | nodes before → gt L2 ort | orig ORT all ms | gt L2 ort under ORT basic ms | wall ratio | cpu ratio | max abs |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"{args.rounds} rounds × {args.runs} interleaved runs; ratio = median over rounds (range)", flush=True)
+    head = "| model | nodes before → gt L2 ort | orig ORT all ms | gt L2 ort under ORT basic ms | wall ratio | cpu ratio | max abs |"
+    if args.extra:
+        head += " gt nchw nodes | gt nchw basic wall ratio | orig ORT extended wall ratio |"
+    print(head)
+    print("|---" * (head.count("|") - 1) + "|")
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            r = measure(name, os.path.join(args.dir, name + ".onnx"), args.runs, tmp)
-            print(f"| {name} | {r['nodes'][0]} → {r['nodes'][1]} | {r['orig_all_ms']:.2f} | {r['gt_basic_ms']:.2f} | "
-                  f"{r['wall_ratio']:.3f} | {r['cpu_ratio']:.3f} | {r['max_abs']:.3g} |", flush=True)
+            r = measure(name, os.path.join(args.dir, name + ".onnx"), args.runs, args.rounds, tmp, args.extra)
+            rows.append(r)
+            g = r["ratios"]["gt@basic"]
+            line = (f"| {name} | {r['nodes'][0]} → {r['nodes'][1]} | {statistics.median(r['ms']['orig@all']):.2f} | "
+                    f"{statistics.median(r['ms']['gt@basic']):.2f} | {_spread(g['wall'])} | {_spread(g['cpu'])} | "
+                    f"{r['max_abs']['gt@basic']:.3g} |")
+            if args.extra:
+                line += (f" {r['nodes_nchw']} | {_spread(r['ratios']['gt-nchw@basic']['wall'])} | "
+                         f"{_spread(r['ratios']['orig@extended']['wall'])} |")
+            print(line, flush=True)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(rows, handle, indent=1)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from graphtool.compare.schema import LATENCY_ORT_LEVELS, ORT_LEVELS
 from graphtool.inspect import op_histogram
 from graphtool.ir.model import Model
 from graphtool.runtime import make_session, random_inputs, sandbox
-from graphtool.verify import compare_arrays
+from graphtool.verify import ATOL, RTOL, judge_output, low_precision_inside, quantized_outputs
 
 
 def ort_optimized(model: Model, level: int) -> Model:
@@ -141,6 +141,10 @@ def output_diffs(models: dict[str, Model], seed: int = 0, feeds: dict[str, np.nd
         names = [o.name for o in sess.get_outputs()]
         results[key] = dict(zip(names, sess.run(None, feeds_for(sess, feeds, seed))))
     pairs = [("ort", "graphtool"), ("ort", "original"), ("graphtool", "original")]
+    # the original's tolerances (verify's): quantization grids of its outputs, fp16/bf16 inside
+    original = models.get("original")
+    grids = quantized_outputs(original) if original is not None else {}
+    inside = low_precision_inside(original) if original is not None else None
     out: dict[str, dict[str, Any]] = {}
     for a, b in pairs:
         if a not in results or b not in results:
@@ -151,7 +155,7 @@ def output_diffs(models: dict[str, Model], seed: int = 0, feeds: dict[str, np.nd
                 diffs.append({"name": name, "max_abs": None, "max_rel": None, "ok": False,
                               "reason": f"output missing from {a}"})
                 continue
-            diffs.append(compare_arrays(name, ref, results[a][name]).as_dict())
+            diffs.append(judge_output(name, ref, results[a][name], RTOL, ATOL, inside, grids.get(name)).as_dict())
         for d in diffs:  # JSON has no infinity: null means "not comparable" (see JSON_SCHEMA)
             for key in ("max_abs", "max_rel"):
                 d[key] = d[key] if d[key] is not None and np.isfinite(d[key]) else None

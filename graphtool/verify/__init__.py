@@ -1,7 +1,8 @@
 """Proof that a rewrite kept the model's outputs: input discovery (``discover``, with the dims the
 graph ties in ``dims``/``ties`` and the values it names in ``evidence``), branch coverage
-(``coverage``), the verification itself (``verification``, its tolerances in ``tolerance``) and,
-when it fails, the bisection that names the pass (``bisect``)."""
+(``coverage``), the verification itself (``verification``; its tolerances from the dtype, the
+quantization grid and the original's own noise in ``tolerance``) and, when it fails, the bisection
+that names the pass (``bisect``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from graphtool.verify.discover import (
     metadata_sizes,
     shape_plan,
 )
+from graphtool.verify.tolerance import QuantStep, low_precision_inside, quantized_outputs
 from graphtool.verify.verification import (
     ATOL,
     RTOL,
@@ -24,6 +26,7 @@ from graphtool.verify.verification import (
     compare_arrays,
     find_inputs,
     find_step_inputs,
+    judge_output,
     verify,
 )
 
@@ -33,6 +36,7 @@ __all__ = [
     "InputSet",
     "InputSpec",
     "OutputDiff",
+    "QuantStep",
     "ReferenceJob",
     "StepSets",
     "Verification",
@@ -42,7 +46,10 @@ __all__ = [
     "find_inputs",
     "find_step_inputs",
     "id_bounds",
+    "judge_output",
+    "low_precision_inside",
     "metadata_sizes",
+    "quantized_outputs",
     "shape_plan",
     "verify",
 ]

@@ -57,11 +57,13 @@ class OutputDiff:
     atol: float | None = None
     dtype: str | None = None  # the dtype that set them (float16, bfloat16)
     noise: float | None = None  # the original's own max abs difference between ORT levels, when measured
+    quantized: str | None = None  # the quantization grid that set atol ("quantized output: 2 steps of scale ...")
 
     def as_dict(self) -> dict[str, Any]:
         """One output's difference as JSON."""
         return {"name": self.name, "max_abs": self.max_abs, "max_rel": self.max_rel, "ok": self.ok, "reason": self.reason,
-                "rtol": self.rtol, "atol": self.atol, "tolerance_from": self.dtype, "original_noise": self.noise}
+                "rtol": self.rtol, "atol": self.atol, "tolerance_from": self.dtype, "original_noise": self.noise,
+                "quantized": self.quantized}
 
 
 @dataclass
@@ -103,6 +105,11 @@ class Verification:
         by_dtype = {o.dtype: o for o in outputs if o.dtype}
         for dtype, o in by_dtype.items():
             text += f"; {dtype} outputs: rtol={o.rtol:.2g}, atol={o.atol:.2g} from the dtype"
+        grids = {o.quantized: o.name for o in outputs if o.quantized}
+        for grid, name in list(grids.items())[:3]:
+            text += f"; '{name}' {grid}"
+        if len(grids) > 3:
+            text += f"; {len(grids) - 3} more quantized outputs"
         noisy = [o for o in outputs if o.noise]
         if noisy:
             worst = max(noisy, key=lambda o: o.noise or 0.0)
@@ -123,12 +130,15 @@ class Verification:
                 f"({self._tolerances([o])})")
 
 
-def compare_arrays(name: str, ref: Any, got: Any, rtol: float = RTOL, atol: float = ATOL) -> OutputDiff:
-    """Max abs/rel difference; NaN must match NaN and inf must match inf exactly."""
+def compare_arrays(name: str, ref: Any, got: Any, rtol: float = RTOL, atol: float | np.ndarray = ATOL,
+                   int_atol: float = 0.0) -> OutputDiff:
+    """Max abs/rel difference; NaN must match NaN and inf must match inf exactly. Integers must be
+    equal unless ``int_atol`` allows units of difference (a quantized output's grid step);
+    ``atol`` may be an array that broadcasts to the output (a per-channel quantization step)."""
     if isinstance(ref, list) or isinstance(got, list):
         if not isinstance(ref, list) or not isinstance(got, list) or len(ref) != len(got):
             return OutputDiff(name, float("inf"), float("inf"), False, "sequence lengths differ")
-        parts = [compare_arrays(name, a, b, rtol, atol) for a, b in zip(ref, got)]
+        parts = [compare_arrays(name, a, b, rtol, atol, int_atol) for a, b in zip(ref, got)]
         worst = max(parts, key=lambda p: p.max_abs, default=OutputDiff(name, 0.0, 0.0, True))
         return OutputDiff(name, worst.max_abs, worst.max_rel, all(p.ok for p in parts), worst.reason)
     a, b = np.asarray(ref), np.asarray(got)
@@ -140,6 +150,7 @@ def compare_arrays(name: str, ref: Any, got: Any, rtol: float = RTOL, atol: floa
         equal = bool(np.array_equal(a, b))
         if a.dtype.kind in "iu" and a.size:
             diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+            equal = equal or diff <= int_atol
         else:
             diff = 0.0 if equal else 1.0
         return OutputDiff(name, diff, diff, equal, "" if equal else "values differ")
@@ -152,8 +163,30 @@ def compare_arrays(name: str, ref: Any, got: Any, rtol: float = RTOL, atol: floa
     delta = np.abs(a64[finite] - b64[finite])
     max_abs = float(delta.max())
     max_rel = float((delta / np.maximum(np.abs(a64[finite]), 1e-12)).max())
-    ok = same_special and bool(np.all(delta <= atol + rtol * np.abs(a64[finite])))
+    bound = np.broadcast_to(atol, a.shape)[finite] if np.ndim(atol) else atol
+    ok = same_special and bool(np.all(delta <= bound + rtol * np.abs(a64[finite])))
     return OutputDiff(name, max_abs, max_rel, ok, "" if same_special else "NaN/inf positions differ")
+
+
+def judge_output(name: str, ref: Any, got: Any, rtol: float, atol: float, inside: str | None,
+                 grid: tolerance.QuantStep | None) -> OutputDiff:
+    """One output compared with the tolerance its model gives it: the quantization grid's steps
+    when a DequantizeLinear or quantized op made it (``tolerance.quantized_outputs``), else the
+    dtype's (fp16/bf16) or the user's."""
+    if grid is not None and not isinstance(ref, list):
+        shape = tuple(np.shape(ref))
+        if grid.integer:
+            diff = compare_arrays(name, ref, got, rtol, atol, int_atol=grid.atol(shape))
+        else:
+            g_atol = grid.atol(shape)
+            diff = compare_arrays(name, ref, got, rtol, np.maximum(g_atol, atol) if np.ndim(g_atol) else max(g_atol, atol))
+        diff.quantized = grid.describe()
+        return diff
+    o_rtol, o_atol, dtype = tolerance.for_output(ref, rtol, atol, inside)
+    diff = compare_arrays(name, ref, got, o_rtol, o_atol)
+    if dtype:
+        diff.rtol, diff.atol, diff.dtype = o_rtol, o_atol, dtype
+    return diff
 
 
 def _dim(d: Any) -> int | str | None:
@@ -363,6 +396,7 @@ def verify(original: Model, rewritten: Model, seed: int = 0, input_shapes: dict[
     accepted = {i.name for i in new_sess.get_inputs()} | {i.name for i in new_sess.get_overridable_initializers()}
     worst: dict[str, OutputDiff] = {}
     inside = tolerance.low_precision_inside(original)
+    grids = tolerance.quantized_outputs(original)
     noisy = _NoiseFloor(original, original_path)
     for s, ref_out in zip(input_sets, expected):
         try:
@@ -376,10 +410,7 @@ def verify(original: Model, rewritten: Model, seed: int = 0, input_shapes: dict[
             if name not in new_out:
                 diff = OutputDiff(name, float("inf"), float("inf"), False, "output missing from the rewritten model")
             else:
-                o_rtol, o_atol, dtype = tolerance.for_output(ref_value, rtol, atol, inside)
-                diff = compare_arrays(name, ref_value, new_out[name], o_rtol, o_atol)
-                if dtype:
-                    diff.rtol, diff.atol, diff.dtype = o_rtol, o_atol, dtype
+                diff = judge_output(name, ref_value, new_out[name], rtol, atol, inside, grids.get(name))
                 if not diff.ok and not diff.reason and np.isfinite(diff.max_abs):
                     floor = noisy.of(s, name, ref_value)
                     if floor and diff.max_abs <= tolerance.NOISE_FACTOR * floor:
