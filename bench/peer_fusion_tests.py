@@ -164,6 +164,64 @@ ORT_CASES += [
          {"RotaryEmbedding": 2}, ort_type="qwen3", ort_args={"num_heads": 8, "hidden_size": 64}),
 ]
 
+# test_attention_fusion.py (stored id 51937772988) / test_embedlayer_fusion.py: the generators'
+# models; each test compares with an expected graph in test_data/models whose fused op is named here.
+_TA = "test_attention_fusion.py"
+ORT_CASES += [
+    # ::test_attention_fusion (attention_opt.onnx) and ::test_multi_head_attention_fusion (same model)
+    Case("bert_attention", f"{ORT}/bert_model_generator.py; {_TA}::test_attention_fusion",
+         _ort("bert_model_generator", "create_bert_attention"), {"Attention": 1}, ort_type="bert",
+         ort_args={"num_heads": 2, "hidden_size": 16}),
+    Case("bert_attention_pruned", f"{ORT}/bert_model_generator.py; {_TA}::test_attention_fusion_pruned_model",
+         _ort("bert_model_generator", "create_bert_attention", input_hidden_size=16, num_heads=2,
+              pruned_qk_hidden_size=8, pruned_v_hidden_size=8), {"Attention": 1}, ort_type="bert",
+         ort_args={"num_heads": 2, "hidden_size": 16}),
+    Case("bert_attention_reverse_add", f"{ORT}/bert_model_generator.py; {_TA}::test_attention_fusion_reverse_add_order",
+         _ort("bert_model_generator", "create_bert_attention", input_hidden_size=16, num_heads=2,
+              pruned_qk_hidden_size=8, pruned_v_hidden_size=8, switch_add_inputs=True), {"Attention": 1},
+         ort_type="bert", ort_args={"num_heads": 2, "hidden_size": 16}),
+    Case("bert_attention_varied_qkv",
+         f"{ORT}/bert_model_generator.py; {_TA}::test_attention_fusion_for_varied_qkv_dimensions",
+         _ort("bert_model_generator", "create_bert_attention", input_hidden_size=16, num_heads=2,
+              pruned_qk_hidden_size=24, pruned_v_hidden_size=16), {"Attention": 1}, ort_type="bert",
+         ort_args={"num_heads": 2, "hidden_size": 16}),
+    Case("tf2onnx_attention_3d", f"{ORT}/bert_model_generator.py; {_TA}::test_3d_attention_fusion_tf2onnx_model",
+         _ort("bert_model_generator", "create_tf2onnx_attention_3d"), {"Attention": 1}, ort_type="bert_tf",
+         ort_args={"num_heads": 4, "hidden_size": 16}),
+    # ::test_gpt2_attention_fusion (gpt2_attention_opt_*.onnx): Attention with past
+    Case("gpt2_attention_past", f"{ORT}/gpt2_model_generator.py; {_TA}::test_gpt2_attention_fusion",
+         _ort("gpt2_model_generator", "create_gpt2_attention", hidden_size=64, num_heads=4), {"Attention": 1},
+         ort_type="gpt2", ort_args={"num_heads": 4, "hidden_size": 64}),
+    Case("gpt2_attention_past_add_order", f"{ORT}/gpt2_model_generator.py; {_TA}::test_gpt2_attention_fusion",
+         _ort("gpt2_model_generator", "create_gpt2_attention", hidden_size=64, num_heads=4, switch_add_inputs=True),
+         {"Attention": 1}, ort_type="gpt2", ort_args={"num_heads": 4, "hidden_size": 64}),
+    # ::test_bart_attention_sdpa_fusion: exactly one Attention (unidirectional with the mask)
+    Case("bart_sdpa_mask", f"{ORT}/bart_model_generator.py; {_TA}::test_bart_attention_sdpa_fusion",
+         _ort("bart_model_generator", "create_bart_attention_sdpa", hidden_size=16, num_heads=4, with_mask=True),
+         {"Attention": 1}, ort_type="bart", ort_args={"num_heads": 4, "hidden_size": 16}, exact={"Attention": 1}),
+    Case("bart_sdpa_no_mask", f"{ORT}/bart_model_generator.py; {_TA}::test_bart_attention_sdpa_fusion",
+         _ort("bart_model_generator", "create_bart_attention_sdpa", hidden_size=16, num_heads=4, with_mask=False),
+         {"Attention": 1}, ort_type="bart", ort_args={"num_heads": 4, "hidden_size": 16}, exact={"Attention": 1}),
+]
+_TE = "test_embedlayer_fusion.py"
+ORT_CASES += [
+    # gpt2_embedlayer*_exp.onnx: one EmbedLayerNormalization (position ids = the ids input)
+    Case("gpt2_embedlayer", f"{ORT}/gpt2_model_generator.py; {_TE}::test_embedlayer_fusion",
+         _ort("gpt2_model_generator", "create_gpt2_embedlayer", one_attention_node=False),
+         {"EmbedLayerNormalization": 1}),
+    Case("gpt2_embedlayer_one_attn", f"{ORT}/gpt2_model_generator.py; {_TE}::test_embedlayer_fusion_one_attn_node",
+         _ort("gpt2_model_generator", "create_gpt2_embedlayer", one_attention_node=True),
+         {"EmbedLayerNormalization": 1}),
+    Case("gpt2_embedlayer_sum_output",
+         f"{ORT}/gpt2_model_generator.py; {_TE}::test_embedlayer_fusion_with_embedding_sum_output",
+         _ort("gpt2_model_generator", "create_gpt2_embedlayer", one_attention_node=True, output_embedding_sum=True),
+         {"EmbedLayerNormalization": 1}),
+    Case("gpt2_embedlayer_sum_output_no_sln",
+         f"{ORT}/gpt2_model_generator.py; {_TE}::test_embedlayer_fusion_with_embedding_sum_output_no_sln",
+         _ort("gpt2_model_generator", "create_gpt2_embedlayer", one_attention_node=True, has_skip_layer_norm=False,
+              output_embedding_sum=True), {"EmbedLayerNormalization": 1}),
+]
+
 # Peer test models named and left out, with the reason (not counted in the totals).
 LEFT_OUT = {
     "onnxscript _phi4lm.py (gqa_test.py::test_phi4lm, expects 2 GroupQueryAttention)":
@@ -179,26 +237,35 @@ LEFT_OUT = {
 # ---------------------------------------------------------------------- feeds, runs, counts
 
 
-def _dim(d: onnx.TensorShapeProto.Dimension, k: int) -> int:
+def _dim(d: onnx.TensorShapeProto.Dimension, sizes: dict[str, int]) -> int:
+    """A size for one dim: fixed dims as declared; one size per symbolic name (the same name is the
+    same size in every input), distinct names distinct sizes; a past is neither empty nor the new length."""
     if d.HasField("dim_value") and d.dim_value > 0:
         return d.dim_value
-    name = d.dim_param.lower()
-    if "past" in name and "+" in name:
-        return 5 + 3
-    if "past" in name:
-        return 5
-    if "batch" in name:
-        return 2
-    return 3 + k  # distinct symbolic dims get distinct sizes
+    name = d.dim_param.lower().replace(" ", "")
+    if name not in sizes:
+        if "past" in name and "+" in name:
+            sizes[name] = 5 + 3  # past_sequence_length + sequence_length
+        elif "past" in name:
+            sizes[name] = 5
+        elif "batch" in name:
+            sizes[name] = 2
+        elif name in ("sequence_length", "seq_len", "sequence", "s"):
+            sizes[name] = 3
+        else:
+            taken = set(sizes.values())
+            sizes[name] = next(n for n in range(4, 64) if n not in taken)
+    return sizes[name]
 
 
 def random_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     inits = {i.name for i in model.graph.initializer}
     feeds = {}
-    for k, vi in enumerate(i for i in model.graph.input if i.name not in inits):
+    sizes: dict[str, int] = {}
+    for vi in (i for i in model.graph.input if i.name not in inits):
         t = vi.type.tensor_type
-        shape = [_dim(d, k) for d in t.shape.dim]
+        shape = [_dim(d, sizes) for d in t.shape.dim]
         dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
         name = vi.name.lower()
         if np.issubdtype(dtype, np.integer):

@@ -17,6 +17,11 @@ Rule, anchored on each LayerNormalization (last axis, constant 1-D gamma/beta)::
     y = LayerNormalization(s, gamma, beta)
     ⇒  y, _, s = EmbedLayerNormalization(int32(ids), int32(t)?, W, P(+T[0]), T?, gamma, beta)
 
+The same rule reads an earlier fusion's ``com.microsoft`` SkipLayerNormalization(a, b, gamma, beta) as
+``LayerNormalization(a + b)`` (onnxruntime's own GPT-2 embedding tests start from that graph): the
+Skip's output 3, when read, is the sum (EmbedLayerNormalization's output 2). A Skip with a bias
+(input 4) or whose mean/inv-std outputs are read is refused.
+
 S above is always *proved* to be ids' dim 1 (``_ort_common.Dims``). Positions that are not provably
 0..S-1 (GPT-2 with a cache: ``arange(past, past + S)``, or a ``position_ids`` input) are passed to the
 kernel as its ``position_ids`` (input 8) when they are integers of ids' shape or of [1, S]. It refuses when an Add has
@@ -35,6 +40,7 @@ from graphtool.ir.graph import Graph, Node
 from graphtool.pass_manager import Pass, PassContext, PassResult, register
 from graphtool.passes._fuse_common import Namer, is_op, only_feeds
 from graphtool.passes._ort_common import (
+    MS_DOMAIN,
     Dims,
     Shapes,
     contrib_allowed,
@@ -97,6 +103,10 @@ def _explicit_positions(prover: "_Prover", lookups: list) -> tuple[int, int, str
             if prover.same_shape(pids, ids) or (prover.dims.static(pids, 0) == 1 and prover.dims.equal((pids, 1), (ids, 1))):
                 return i, p, pids
     return None
+
+
+def _is_skip(node: Node) -> bool:
+    return node.op_type == "SkipLayerNormalization" and node.domain == MS_DOMAIN
 
 
 class _Prover:
@@ -197,8 +207,10 @@ class OrtEmbedLayerNorm(Pass):
             return PassResult(False, {"fused": 0})
         prover: _Prover | None = None
         namer = Namer(graph)
-        for ln in graph.nodes("LayerNormalization"):
-            if not graph.has_node(ln) or not is_op(ln, "LayerNormalization") or producer_op(graph, ln.inputs[0], "Add") is None:
+        for ln in [*graph.nodes("LayerNormalization"), *graph.nodes("SkipLayerNormalization")]:
+            if not graph.has_node(ln) or not (is_op(ln, "LayerNormalization") or _is_skip(ln)):
+                continue
+            if ln.op_type == "LayerNormalization" and producer_op(graph, ln.inputs[0], "Add") is None:
                 continue
             prover = prover or _Prover(graph, ctx)
             if self._fuse(graph, ctx, prover, namer, ln):
@@ -207,21 +219,39 @@ class OrtEmbedLayerNorm(Pass):
 
     @staticmethod
     def _fuse(graph: Graph, ctx: PassContext, prover: _Prover, namer: Namer, ln: Node) -> bool:
-        s = ln.inputs[0]
-        if len([o for o in ln.outputs if o]) != 1 or ln.attr("axis", -1) not in (-1, 2):
-            return False
-        gamma = graph.const(ln.inputs[1])
-        beta = graph.const(ln.inputs[2]) if len(ln.inputs) > 2 and ln.inputs[2] else None
         chain: list[Node] = []
         leaves: list[str] = []
-        if not _leaves(graph, s, ln, chain, leaves) or len(leaves) not in (2, 3):
-            return False
+        if _is_skip(ln):
+            # an earlier fusion's Skip(a, b, gamma, beta): the sum a + b is the Add tree's root; its
+            # optional output 3 is that sum. No bias (input 4), no mean/inv-std outputs read.
+            if len(ln.inputs) < 4 or any(ln.inputs[4:]) or any(ln.outputs[1:3]):
+                return False
+            s = ln.outputs[3] if len(ln.outputs) > 3 else ""
+            for root in ln.inputs[:2]:
+                if not only_feeds(graph, root, ln) or graph.is_output(root):
+                    return False
+                if not _leaves(graph, root, ln, chain, leaves):
+                    return False
+                if producer_op(graph, root, "Add") is not None and not only_feeds(graph, root, ln):
+                    return False
+            if len(leaves) not in (2, 3) or len(set(leaves)) != len(leaves):
+                return False
+        else:
+            s = ln.inputs[0]
+            if len([o for o in ln.outputs if o]) != 1 or ln.attr("axis", -1) not in (-1, 2):
+                return False
+            if not _leaves(graph, s, ln, chain, leaves) or len(leaves) not in (2, 3):
+                return False
+        g_at = 2 if ln.op_type == "SkipLayerNormalization" else 1  # Skip: (input, skip, gamma, beta, bias)
+        gamma_name, beta_name = ln.inputs[g_at], (ln.inputs[g_at + 1] if len(ln.inputs) > g_at + 1 else "")
+        gamma = graph.const(gamma_name)
+        beta = graph.const(beta_name) if beta_name else None
         lookups = [_lookup(graph, v) for v in leaves]
         if any(found is None for found in lookups):
             return False
-        for v in leaves:  # each lookup is read by one Add of the tree and nothing else
+        for v in leaves:  # each lookup is read by one Add of the tree (or the Skip) and nothing else
             uses = graph.uses(v)
-            if len(uses) != 1 or uses[0][0] not in chain or graph.is_output(v):
+            if len(uses) != 1 or (uses[0][0] not in chain and uses[0][0] != ln) or graph.is_output(v):
                 return False
         hidden = lookups[0][1].shape[1]
         if any(table.shape[1] != hidden for _, table in lookups) or gamma is None or gamma.shape != (hidden,):
@@ -270,7 +300,7 @@ class OrtEmbedLayerNorm(Pass):
         name = namer(nodes, "EmbedLayerNormalization", fallback=ln.name)
         absorbed = [n.name or n.op_type for n in nodes]
         out_shape = prover.shapes.shape(ln.outputs[0])
-        keep_sum = graph.is_output(s) or any(u != ln for u, _ in graph.uses(s))
+        keep_sum = bool(s) and (graph.is_output(s) or any(u != ln for u, _ in graph.uses(s)))
         inputs32 = []
         for value, dtype in ((ids, ids_dtype), (segment, prover.shapes.dtype(segment) if segment else None),
                              (explicit, prover.shapes.dtype(explicit) if explicit else None)):
@@ -281,7 +311,7 @@ class OrtEmbedLayerNorm(Pass):
         pos_name = lookups[pos][0].inputs[0]
         if pos_table is not lookups[pos][1]:
             pos_name = graph.add_initializer(pos_table.astype(np.float32), f"{name}_position_embedding")
-        inputs = [inputs32[0], inputs32[1], lookups[word][0].inputs[0], pos_name, seg_table or "", ln.inputs[1], ln.inputs[2]]
+        inputs = [inputs32[0], inputs32[1], lookups[word][0].inputs[0], pos_name, seg_table or "", gamma_name, beta_name]
         if explicit:
             inputs += ["", inputs32[2]]  # no mask; position_ids
         outputs = [ln.outputs[0], "", s if keep_sum else ""]

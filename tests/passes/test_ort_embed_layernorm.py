@@ -127,3 +127,43 @@ def test_gpt2_positions_of_another_length_are_refused():
     proto = gpt2_embeddings(("batch", "other"))
     original, result, _ = run(proto, ["ort-embed-layer-norm"])
     assert "com.microsoft:EmbedLayerNormalization" not in ops(result)
+
+
+def skip_embeddings(sum_output=False, bias=False):
+    """The three lookups summed by an already-fused com.microsoft SkipLayerNormalization, as in
+    onnxruntime's test_embedlayer_fusion.py models (gpt2_model_generator.create_gpt2_embedlayer: every
+    lookup reads the same int32 ids; the sum may be the Skip's output 3)."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+             for name, shape in (("word", (V, H)), ("pos", (P, H)), ("tok", (10, H)), ("gamma", (H,)), ("beta", (H,)),
+                                 ("bias", (H,)))]
+    nodes = [helper.make_node("Gather", ["word", "ids"], ["w"]), helper.make_node("Gather", ["pos", "ids"], ["p"]),
+             helper.make_node("Add", ["w", "p"], ["wp"]), helper.make_node("Gather", ["tok", "ids"], ["t"]),
+             helper.make_node("SkipLayerNormalization", ["wp", "t", "gamma", "beta"] + (["bias"] if bias else []),
+                              ["y", "", "", "s"] if sum_output else ["y"], domain="com.microsoft", epsilon=0.1)]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if sum_output:
+        outputs.append(helper.make_tensor_value_info("s", TensorProto.FLOAT, None))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT32, ["batch", "seq"])],
+                              outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16), helper.make_opsetid("com.microsoft", 1)])
+
+
+@pytest.mark.parametrize("sum_output", [False, True])
+def test_lookups_summed_by_a_skip_layer_norm(sum_output):
+    proto = skip_embeddings(sum_output)
+    original, fused, _ = run(proto, ["ort-embed-layer-norm", "dead-code-elimination"])
+    counts = ops(fused)
+    assert counts["com.microsoft:EmbedLayerNormalization"] == 1
+    assert not {"Gather", "Add", "com.microsoft:SkipLayerNormalization"} & set(counts)
+    node = next(n for n in fused.graph.nodes() if n.op_type == "EmbedLayerNormalization")
+    assert list(node.inputs) == ["ids", "ids", "word", "pos", "tok", "gamma", "beta", "", "ids"]
+    assert (len(node.outputs) == 3 and node.outputs[2] == "s") if sum_output else len(node.outputs) == 2
+    rng = np.random.default_rng(4)
+    for seq in (5, 9):
+        assert_same_outputs(original, fused, {"ids": rng.integers(0, 10, (2, seq)).astype(np.int32)})
+
+
+def test_skip_layer_norm_with_a_bias_is_left_alone():
+    _, fused, _ = run(skip_embeddings(bias=True), ["ort-embed-layer-norm"])
+    assert "com.microsoft:EmbedLayerNormalization" not in ops(fused)
