@@ -558,9 +558,16 @@ def _swaps_last_two(m: Match) -> bool:
     unflat = m.node("kt_unflat")
     flat = m.graph.producer(m.graph.producer(unflat.inputs[0]).inputs[0])
     kh = flat.inputs[0]
-    if not dims.target_is(flat.inputs[1], flat.attr("allowzero", 0), [-1, (kh, 2), (kh, 3)], {}):
+    if (dims.target_is(flat.inputs[1], flat.attr("allowzero", 0), [-1, (kh, 2), (kh, 3)], {})
+            and dims.target_is(unflat.inputs[1], unflat.attr("allowzero", 0), [(kh, 0), (kh, 1), (kh, 3), (kh, 2)], {})):
+        return True
+    # every size static (an export at fixed shapes: BART's sdpa at batch 1): the literal targets
+    # [B·N, S, h] (or -1 for B·N) and [B, N, h, S]
+    b, n, s, h = (static_size(m, kh, i) for i in range(4))
+    first, second = m.graph.const(flat.inputs[1]), m.graph.const(unflat.inputs[1])
+    if None in (b, n, s, h) or first is None or second is None or 0 in first.tolist() + second.tolist():
         return False
-    return dims.target_is(unflat.inputs[1], unflat.attr("allowzero", 0), [(kh, 0), (kh, 1), (kh, 3), (kh, 2)], {})
+    return first.tolist() in ([b * n, s, h], [-1, s, h]) and second.tolist() == [b, n, h, s]
 
 
 _SCALAR_OPS = {"Sqrt": np.sqrt, "Reciprocal": lambda a: 1 / a, "Cast": lambda a: a, "CastLike": lambda a: a,

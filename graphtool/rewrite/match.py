@@ -39,7 +39,8 @@ class _State:
     def with_node(self, pattern: OpPattern, node: Node) -> "_State":
         names = {**self.names, pattern.name: node} if pattern.name else self.names
         shared = self.shared | {node.id} if pattern.shared else self.shared
-        return _State(self.binds, {**self.nodes, id(pattern): node}, [*self.order, node], names, shared)
+        order = self.order if any(n == node for n in self.order) else [*self.order, node]
+        return _State(self.binds, {**self.nodes, id(pattern): node}, order, names, shared)
 
     def with_value(self, name: str, value: str) -> "_State":
         return _State({**self.binds, name: value}, self.nodes, self.order, self.names, self.shared)
@@ -254,9 +255,10 @@ class Matcher:
         if node.op_type not in pattern.op_types or not domain_ok:
             self._refuse(depth, lambda: f"'{value}' comes from {label(node)}, the pattern has {want}")
             return
-        if any(n == node for n in st.order):
-            self._refuse(depth, lambda: f"{label(node)} would match two places of the pattern")
-            return
+        # A node already matched at another place of the pattern may fill this one too (onnxruntime's
+        # test models share one MatMul/Add/Reshape between q and k when their weights are equal, and
+        # CSE merges them): the pattern is a function of its leaves, and one node computing the value of
+        # two places computes it for both, so the replacement (built from the bindings) stays exact.
         if index >= len(node.outputs) or node.outputs[index] != value:
             self._refuse(depth, lambda: f"'{value}' is not output {index} of {label(node)}")
             return

@@ -282,3 +282,41 @@ def test_torch_exports_fuse_every_layer_as_multi_head_attention(name):
     assert_exporter_outputs(path, fused)
     check = verify(io.load(path), fused)
     assert check.ok, check.summary()
+
+
+def test_q_and_k_read_one_shared_projection():
+    """onnxruntime's bert_model_generator writes all-ones weights, so q and k are one MatMul/Add/
+    Reshape once CSE has merged them: one node fills two places of the pattern; the fused op is exact."""
+    proto = attention_model()
+    for node in proto.graph.node:
+        if node.op_type == "Transpose" and node.input[0] == "k4":
+            node.input[0] = "q4"  # k's transpose reads q's head split: Wk = Wq, bk = bq
+    proto = onnx.shape_inference.infer_shapes(proto)
+    original, fused, _ = run(proto, ["dead-code-elimination", "fuse-attention-ort", "dead-code-elimination"])
+    counts = ops(fused)
+    assert counts["com.microsoft:Attention"] == 1 and not {"Softmax", "MatMul"} & set(counts)
+    assert_same_outputs(original, fused, feeds(proto))
+
+
+def test_static_k_transposition_through_reshapes():
+    """BART's sdpa export at fixed shapes (onnxruntime's bart_model_generator): kᵀ as
+    Reshape [B·N, S, h] → Transpose(0, 2, 1) → Reshape [B, N, h, S] with literal sizes."""
+    proto = attention_model(k_perm=(0, 2, 1, 3), seq=S, mask=False)
+    graph = proto.graph
+    graph.initializer.extend([numpy_helper.from_array(np.array([B * N, S, HD], np.int64), "flat"),
+                              numpy_helper.from_array(np.array([B, N, HD, S], np.int64), "unflat")])
+    graph.input[0].type.tensor_type.shape.dim[0].dim_value = B
+    at = next(i for i, n in enumerate(graph.node) if n.op_type == "MatMul" and list(n.input) == ["qt", "kt"])
+    graph.node[at].input[1] = "kT"
+    for j, node in enumerate([helper.make_node("Reshape", ["kt", "flat"], ["k3"]),
+                              helper.make_node("Transpose", ["k3"], ["k3t"], perm=[0, 2, 1]),
+                              helper.make_node("Reshape", ["k3t", "unflat"], ["kT"])]):
+        graph.node.insert(at + j, node)
+    original, fused, _ = run(proto, ["fuse-attention-ort", "dead-code-elimination"])
+    assert ops(fused)["com.microsoft:Attention"] == 1
+    assert_same_outputs(original, fused, feeds(proto))
+    # flattened to [B·N, h, S] instead (it runs: the same element count), the chain only reinterprets
+    # memory and is not kᵀ: refused
+    graph.initializer[-2].CopyFrom(numpy_helper.from_array(np.array([B * N, HD, S], np.int64), "flat"))
+    _, kept, _ = run(proto, ["fuse-attention-ort"])
+    assert "com.microsoft:Attention" not in ops(kept)
