@@ -8,6 +8,10 @@ into /work/cache/peer_fusions (never committed):
 * onnxscript's wheel: ``onnxscript/rewriter/models/`` (SmolLM 1 and 2, Phi-2, Phi-4, a Whisper
   encoder and decoder, a BART encoder, the rotary-embedding cases), with the fused ops its
   ``rewriter/ort_fusions/*_test.py`` assert (noted per case below: file and test);
+* onnxscript's ``rewriter/ort_fusions/*_test.py`` unit tests (``--onnxscript-repo``: a fetched
+  repository's git dir; the test files are extracted with ``git show`` into the cache, each named
+  test is run with ``_test_utils.ort_run`` wrapped, and the first model it runs in onnxruntime —
+  the original, before the peer's fusion — is kept with its inputs);
 * onnxruntime's ``onnxruntime/test/python/transformers/`` generators, imported from ``--ort-repo``
   (a checkout, or the files copied from one: the generator modules are imported by name from
   ``<ort-repo>/onnxruntime/test/python/transformers``), with the counts its tests assert.
@@ -19,7 +23,9 @@ and whether each result's outputs equal the original's in onnxruntime (the same 
 rtol=atol=1e-3 in float32; a result that does not load or run is "error"). A model that does not
 run in onnxruntime as shipped is named and left out of the totals.
 
-"Reached" means every expected op type is present at least the expected number of times. A
+"Reached" means every expected op type is present at least the expected number of times (exactly,
+where the peer's test says so; "Add": 0 where it asserts none is left) *and* the result's outputs
+equal the original's: a fusion that breaks the outputs reaches nothing ("fused, outputs DIFFER"). A
 SkipSimplifiedLayerNormalization is an RMS norm too, so it counts towards an expected
 SimplifiedLayerNormalization (the qwen3 test expects 4 RMS norms, one of which a peer may fuse
 with its residual Add); likewise SkipLayerNormalization for LayerNormalization. Nothing else is
@@ -220,6 +226,115 @@ ORT_CASES += [
          f"{ORT}/gpt2_model_generator.py; {_TE}::test_embedlayer_fusion_with_embedding_sum_output_no_sln",
          _ort("gpt2_model_generator", "create_gpt2_embedlayer", one_attention_node=True, has_skip_layer_norm=False,
               output_embedding_sum=True), {"EmbedLayerNormalization": 1}),
+]
+
+# ---------------------------------------------------------------------- onnxscript's unit-test models
+
+# Its rewriter/ort_fusions/*_test.py build small models inside the test methods and run the original in
+# onnxruntime through _test_utils.ort_run("Original", model, inputs) before fusing. The bench extracts
+# those test files from a fetched onnxscript repository (--onnxscript-repo: its git dir; `git show`
+# into the cache), runs each named test with ort_run wrapped, and keeps the first model (and the
+# inputs) it was called with: the peer's own test model and feeds, before the peer's fusion.
+OST_FILES = ("_test_utils", "gelu_test", "erfgelu_test", "bias_gelu_test", "skip_normalization_unit_test",
+             "rms_normalization_unit_test", "mha_bias_test", "mha_scale_test")
+OST_DIR = CACHE.parent / "onnxscript-tests"
+
+
+def extract_onnxscript_tests(git_dir: str) -> Path:
+    import subprocess
+
+    out = OST_DIR / "ort_fusions"
+    out.mkdir(parents=True, exist_ok=True)
+    for name in OST_FILES:
+        text = subprocess.run(["git", "--git-dir", git_dir, "show", f"HEAD:onnxscript/rewriter/ort_fusions/{name}.py"],
+                              check=True, capture_output=True).stdout
+        (out / f"{name}.py").write_bytes(text)
+    commit = subprocess.run(["git", "--git-dir", git_dir, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    (OST_DIR / "COMMIT").write_text(commit)
+    return out
+
+
+def _harvest(module: str, test: str) -> Callable[[], tuple[onnx.ModelProto, dict | None]]:
+    """Run onnxscript's test ``module.Class.test`` and keep the first model it runs in onnxruntime."""
+
+    def build() -> tuple[onnx.ModelProto, dict | None]:
+        import unittest
+
+        import onnx_ir as ir
+        from onnxscript.rewriter.ort_fusions import _test_utils
+
+        folder = OST_DIR / "ort_fusions"
+        if not (folder / f"{module}.py").exists():
+            raise ImportError(f"{module}.py not extracted (no --onnxscript-repo)")
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+        mod = importlib.import_module(module)
+        captured: list = []
+        real = _test_utils.ort_run
+
+        def record(name, model, inputs, *args, **kwargs):
+            if not captured:
+                captured.append((ir.serde.serialize_model(model), {k: np.array(v) for k, v in inputs.items()}))
+            return real(name, model, inputs, *args, **kwargs)
+
+        cls_name, method = test.split(".")
+        saved = getattr(mod, "ort_run", None)
+        _test_utils.ort_run = record
+        if saved is not None:
+            mod.ort_run = record
+        try:
+            result = unittest.TestResult()
+            unittest.defaultTestLoader.loadTestsFromName(f"{cls_name}.{method}", mod).run(result)
+        finally:
+            _test_utils.ort_run = real
+            if saved is not None:
+                mod.ort_run = saved
+        if not captured:
+            problems = [str(t) for _, t in result.errors + result.failures]
+            raise RuntimeError(f"{test} ran no model in onnxruntime {problems[:1]}")
+        return captured[0]
+
+    return build
+
+
+OST = "onnxscript ort_fusions"
+_G, _E, _BG, _SK, _RMS = ("GeluFusionTest", "ErfGeluFusionTest", "BiasGeluFusionTest", "SkipNormalizationTest",
+                          "RmsNormFusionTest")
+ONNXSCRIPT_TEST_CASES = [
+    Case("os_gelu_tanh", f"{OST}/gelu_test.py::test_gelu_fusion", _harvest("gelu_test", f"{_G}.test_gelu_fusion"),
+         {"FastGelu": 1}),
+    Case("os_gelu_erf", f"{OST}/gelu_test.py::test_gelu_erf_fusion",
+         _harvest("gelu_test", f"{_G}.test_gelu_erf_fusion"), {"Gelu": 1}),
+    *[Case(f"os_erfgelu_{k}", f"{OST}/erfgelu_test.py::{t}", _harvest("erfgelu_test", f"{_E}.{t}"), {"Gelu": 1})
+      for k, t in (("p1", "test_pattern1_half_times_x_times_erf_plus_one"),
+                   ("p2", "test_pattern2_x_times_half_times_erf_plus_one"),
+                   ("nd", "test_multidimensional_input"))],
+    *[Case(f"os_bias_gelu_{k}", f"{OST}/bias_gelu_test.py::test_bias_gelu_fusion_{i}_{k}",
+           _harvest("bias_gelu_test", f"{_BG}.test_bias_gelu_fusion_{i}_{k}"), {"BiasGelu": 1})
+      for i, k in enumerate(("with_onnx_op_default", "with_onnx_op_none", "with_contrib_op", "reversed_order"))],
+    *[Case(f"os_skip_rms_{k}", f"{OST}/skip_normalization_unit_test.py::{t}",
+           _harvest("skip_normalization_unit_test", f"{_SK}.{t}"), {"SkipSimplifiedLayerNormalization": 1})
+      for k, t in (("input_plus_skip", "test_skip_rms_no_bias_0_input_plus_skip"),
+                   ("skip_plus_input", "test_skip_rms_no_bias_1_skip_plus_input"),
+                   ("post_bias", "test_skip_rms_post_bias"), ("pre_bias", "test_skip_rms_pre_bias"))],
+    *[Case(f"os_skip_ln_{k}", f"{OST}/skip_normalization_unit_test.py::{t}",
+           _harvest("skip_normalization_unit_test", f"{_SK}.{t}"), {"SkipLayerNormalization": 1})
+      for k, t in (("no_bias", "test_skip_ln_no_bias"), ("post_bias", "test_skip_ln_post_bias"))],
+    *[Case(f"os_rms_{k}", f"{OST}/rms_normalization_unit_test.py::{t}",
+           _harvest("rms_normalization_unit_test", f"{_RMS}.{t}"), {"SimplifiedLayerNormalization": 1})
+      for k, t in (("scale_first", "test_mul_order_variants_0_scale_times_normalized"),
+                   ("norm_first", "test_mul_order_variants_1_normalized_times_scale"),
+                   ("fp16_cast", "test_cast_input_mixed_precision"))],
+    # mha_bias_test: the q/k/v bias Adds before a MultiHeadAttention go into its bias input (no Add left)
+    *[Case(f"os_mha_bias_{k}", f"{OST}/mha_bias_test.py::{t}", _harvest("mha_bias_test", f"FuseBiasMHATest.{t}"),
+           {"MultiHeadAttention": 1, "Add": 0}, exact={"Add": 0})
+      for k, t in (("qkv", "test_all_three_biases_fused"), ("q", "test_only_q_bias"), ("k", "test_only_k_bias"),
+                   ("v", "test_only_v_bias"), ("qk", "test_q_and_k_bias_only"))],
+    # mha_scale_test: a constant Mul on the query goes into MultiHeadAttention's scale (no Mul left)
+    *[Case(f"os_mha_scale_{k}", f"{OST}/mha_scale_test.py::{t}", _harvest("mha_scale_test", f"FuseMHAScaleTest.{t}"),
+           {"MultiHeadAttention": 1, "Mul": 0}, exact={"Mul": 0})
+      for k, t in (("scalar", "test_scalar_scale_fused"), ("int", "test_integer_scale_fused"),
+                   ("with_attr", "test_scale_combined_with_existing_scale_attr"))],
 ]
 
 # Peer test models named and left out, with the reason (not counted in the totals).
@@ -425,7 +540,9 @@ def measure(case: Case) -> dict[str, Any]:
                 entry["outputs"] = "equal" if same(reference, run(str(out), feeds)) else "DIFFER"
             except Exception as e:  # noqa: BLE001
                 entry["outputs"] = f"error: {str(e).splitlines()[0][:120]}"
-                entry["reached"] = False  # a result that does not run reaches nothing
+            # a result that does not run, or whose outputs differ, reaches nothing
+            entry["fused"] = entry["reached"]
+            entry["reached"] = entry["reached"] and entry["outputs"] == "equal"
         except Exception as e:  # noqa: BLE001
             entry.update(error=f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}",
                          reached=False, outputs="-")
@@ -451,7 +568,7 @@ def table(rows: list[dict[str, Any]], cases: dict[str, Case]) -> str:
             if "error" in e:
                 cells.append(f"error ({e['error'][:60]})")
                 continue
-            mark = "**yes**" if e["reached"] else "no"
+            mark = "**yes**" if e["reached"] else ("fused, outputs " + e["outputs"][:6] if e.get("fused") else "no")
             totals[peer] += bool(e["reached"])
             cells.append(f"{mark}: {shown(case, Counter(e['counts']))}")
         outs = "/".join(row[p].get("outputs", "-")[:6] for p in PEERS)
@@ -470,6 +587,7 @@ def table(rows: list[dict[str, Any]], cases: dict[str, Case]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ort-repo", help="onnxruntime checkout (or copy of onnxruntime/test/python/transformers)")
+    ap.add_argument("--onnxscript-repo", help="git dir of a fetched onnxscript repository (its ort_fusions unit tests)")
     ap.add_argument("--only", help="comma-separated case names")
     ap.add_argument("--out", help="write the markdown table here")
     ap.add_argument("--json", help="write the rows as JSON here")
@@ -480,6 +598,11 @@ def main(argv: list[str] | None = None) -> int:
         cases += ORT_CASES
     else:
         print("no --ort-repo: onnxruntime's generator models are not built", file=sys.stderr)
+    if args.onnxscript_repo:
+        extract_onnxscript_tests(args.onnxscript_repo)
+        cases += ONNXSCRIPT_TEST_CASES
+    else:
+        print("no --onnxscript-repo: onnxscript's unit-test models are not built", file=sys.stderr)
     if args.only:
         wanted = set(args.only.split(","))
         cases = [c for c in cases if c.name in wanted]

@@ -267,9 +267,10 @@ def _single_output(_matcher: Any, node: Any) -> str | None:
 
 def skip_pattern(*norm_types: str) -> Any:
     """``Norm(Add(Add(m, bias) | a, b), gamma, beta?)``: the bias split is tried first."""
-    biased = op.Add(op.Add(Var("m"), Const("bias"), _name="bias_add"), Var("b"), _name="sum", _shared=True)
+    biased = op.Add(op.Add(Var("m"), Var("bias"), _name="bias_add"), Var("b"), _name="sum", _shared=True)
+    post = op.Add(op.Add(Var("a"), Var("b"), _name="pair"), Var("bias"), _name="sum", _shared=True)
     plain = op.Add(Var("a"), Var("b"), _name="sum", _shared=True)
-    return op.LayerNormalization(either(biased, plain), Var("gamma"), Var("beta", omittable=True),
+    return op.LayerNormalization(either(biased, post, plain), Var("gamma"), Var("beta", omittable=True),
                                  _types=norm_types, _where=_single_output, _name="ln")
 
 
@@ -303,13 +304,21 @@ def check_skip(m: Match) -> str | None:
         return (f"the sum has rank {r} (the kernel takes 2 or 3), hidden size {hidden}, "
                 f"the norm axis {ln.attr('axis', -1)}")
     simplified = ln.op_type != "LayerNormalization"
-    gamma, beta = m.const("gamma"), m.const("beta") if m.get("beta") else None
-    if gamma is None or gamma.shape != (hidden,):
-        return f"gamma is not a constant [{hidden}]"
-    if m.get("beta") and (simplified or beta is None or beta.shape != (hidden,)):
-        return f"beta is not a constant [{hidden}]"
-    a, b = m.node("sum").inputs
     s_type = shapes.dtype(s)
+
+    def vector(name: str) -> bool:
+        """A constant [H], or a value the shapes prove [H] of the sum's type (an input: the kernel reads it)."""
+        const = m.const(name)
+        if const is not None:
+            return const.shape == (hidden,)
+        value = m[name]
+        return shapes.rank(value) == 1 and dims.static(value, 0) == hidden and shapes.dtype(value) == s_type
+
+    if not vector("gamma"):
+        return f"gamma is not [{hidden}]"
+    if m.get("beta") and (simplified or not vector("beta")):
+        return f"beta is not [{hidden}]"
+    a, b = m.node("pair").inputs if m.node("pair") is not None else m.node("sum").inputs
     if (graph.const(a) is not None and graph.const(b) is not None) or s_type not in (TensorProto.FLOAT,
                                                                                      TensorProto.FLOAT16):
         return "both operands of the sum are constants, or it is not float32 / float16"
@@ -317,12 +326,14 @@ def check_skip(m: Match) -> str | None:
     for name in ("gamma", "beta", "bias"):
         if m.get(name) is not None and m.const(name) is not None and m.const(name).dtype != wanted:
             return f"{name} is {m.const(name).dtype}, the sum is {np.dtype(wanted)}"
-    if m.get("bias") is not None:
-        mv, bias = m["m"], m.const("bias")
-        if (bias.shape != (hidden,) or graph.const(mv) is not None or dims.static(mv, -1) != hidden
+    if m.get("bias") is not None and m.node("bias_add") is not None:  # (m + bias) + b
+        mv = m["m"]
+        if (not vector("bias") or graph.const(mv) is not None or dims.static(mv, -1) != hidden
                 or shapes.rank(mv) != shapes.rank(m.node("bias_add").outputs[0])):
-            return f"the bias Add is not a non-constant input plus a constant [{hidden}]"
+            return f"the bias Add is not a non-constant input plus a [{hidden}] bias"
         a, b = mv, m["b"]
+    elif m.get("bias") is not None and not vector("bias"):  # (a + b) + bias
+        return f"the Add after the residual sum does not add a [{hidden}] bias"
     pair = input_and_skip(dims, a, b)
     if pair is None:
         return "the two operands' shapes are not provably equal or a [1, S, H] / [S, H] skip of a rank-3 input"

@@ -15,7 +15,8 @@ Rule, anchored on each LayerNormalization::
 It refuses unless:
 
 1. LayerNormalization normalizes only the last axis, has one output, and gamma (and beta, when
-   given) are constant 1-D of the hidden size H = the input's static last dim;
+   given) are 1-D of the hidden size H = the input's static last dim: constants, or values whose
+   shape [H] and type the shapes prove (graph inputs: onnxscript's unit tests feed them);
 2. the input has rank 2 or 3 (the kernel's limit) and is not a constant, and the two operands' shapes
    are provably the same — or the skip is provably a [1, S, H] / [S, H] broadcast of a rank-3 input
    (the broadcasts the kernel supports; ViT's constant position embedding is such a skip);

@@ -74,3 +74,48 @@ def test_explain_says_why():
     _, _, ctx = optimize(io.load_proto(skip_ln_model(skip_shape=("other", "seq", H))), target="ort",
                          passes=["ort-skip-layer-norm"], explain=["ort-skip-layer-norm"])
     assert "shapes are not provably equal" in format_explanations(ctx.explanations)
+
+
+def inputs_model(norm="LayerNormalization", bias=None, skip_first=False):
+    """onnxscript's skip_normalization_unit_test shapes: gamma, beta and bias are graph inputs;
+    the bias is added before the residual sum ("pre") or after it ("post")."""
+    names = ["x", "skip", "gamma"] + (["beta"] if norm == "LayerNormalization" else []) + (["bias"] if bias else [])
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 5, H] if n in ("x", "skip") else [H])
+              for n in names]
+    pair = ["skip", "x"] if skip_first else ["x", "skip"]
+    if bias == "pre":
+        nodes = [helper.make_node("Add", ["x", "bias"], ["xb"]), helper.make_node("Add", ["xb", "skip"], ["s"])]
+    elif bias == "post":
+        nodes = [helper.make_node("Add", pair, ["xs"]), helper.make_node("Add", ["xs", "bias"], ["s"])]
+    else:
+        nodes = [helper.make_node("Add", pair, ["s"])]
+    extra = {"domain": ""} if norm == "LayerNormalization" else {}
+    nodes.append(helper.make_node(norm, ["s", "gamma"] + (["beta"] if norm == "LayerNormalization" else []), ["y"],
+                                  epsilon=1e-6, **extra))
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def input_feeds(proto):
+    rng = np.random.default_rng(5)
+    return {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+            for i in proto.graph.input}
+
+
+def test_gamma_beta_and_bias_may_be_inputs_and_the_bias_added_after_the_sum():
+    for norm, fused_op in (("LayerNormalization", "SkipLayerNormalization"),
+                           ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization")):
+        for bias, skip_first in ((None, False), (None, True), ("pre", False), ("post", False), ("post", True)):
+            proto = inputs_model(norm, bias, skip_first)
+            original, fused, _ = run(proto, ["ort-skip-layer-norm"])
+            assert ops(fused) == {f"com.microsoft:{fused_op}": 1}, (norm, bias, skip_first)
+            node = fused.graph.nodes(fused_op)[0]
+            assert (node.inputs[-1] == "bias") == bool(bias)
+            assert_same_outputs(original, fused, input_feeds(proto))
+
+
+def test_a_bias_that_is_not_one_vector_of_the_hidden_size_stays_an_add():
+    proto = inputs_model(bias="post")
+    proto.graph.input[-1].type.tensor_type.shape.dim[0].dim_value = 1  # [1]: broadcasts, not a [H] bias
+    _, fused, _ = run(proto, ["ort-skip-layer-norm"])
+    assert "com.microsoft:SkipLayerNormalization" not in ops(fused)
