@@ -91,16 +91,25 @@ def check_float(name: str) -> Callable[[Match], str | None]:
 
 
 def check_bias(m: Match) -> str | None:
-    """b is a constant 1-D bias of exactly a's last-dim length (a bias that broadcasts a's last
-    dim — a's last dim is 1 or unknown — is refused: the kernels add it per row)."""
+    """b is a 1-D bias of exactly a's last-dim length: a constant, or a value (a graph input) whose
+    shape [n] and type the shapes prove (a bias that broadcasts a's last dim — a's last dim is 1 or
+    unknown — is refused: the kernels add it per row)."""
     a, bias = m["a"], m.const("bias")
     if m.graph.const(a) is not None:
-        return "both Add operands are constants"
-    if bias.ndim != 1:
-        return f"the bias has rank {bias.ndim}, not 1"
+        return "a is a constant (the kernels' bias is the second operand)"
+    shapes = m.facts.shapes
+    if bias is None:
+        value = m["bias"]
+        if shapes.rank(value) != 1 or shapes.dtype(value) != shapes.dtype(a):
+            return f"the bias ('{value}') is not a constant and not provably 1-D of a's type"
+        n = m.facts.dims.static(value, 0)
+    else:
+        if bias.ndim != 1:
+            return f"the bias has rank {bias.ndim}, not 1"
+        n = bias.shape[0]
     last = m.facts.dims.static(a, -1)
-    if bias.shape[0] < 1 or last != bias.shape[0]:
-        return f"the bias has {bias.shape[0]} elements, a's last dim is {last}"
+    if n is None or n < 1 or last != n:
+        return f"the bias has {n} elements, a's last dim is {last}"
     return None
 
 

@@ -8,8 +8,8 @@ Rules (patterns here and in ``_gelu_parts.py``; intermediates must have no other
   ``0.5·x·(1+Tanh(√(2/π)(x+0.044715x³)))`` — or its factored form ``Tanh(0.79788·x·(1+0.044715·x·x))``
   (OpenAI/Megatron, HuggingFace's FastGELUActivation) — becomes ``com.microsoft.FastGelu(x)``. The patterns and
   constant checks are ``fuse_gelu``'s (the same ones the opset-20 pass uses).
-* ``ort-bias-gelu`` — ``Gelu(Add(a, b))`` (standard erf Gelu or contrib Gelu) with ``b`` a constant
-  1-D bias whose length provably equals a's last dim → ``BiasGelu(a, b)``; the tanh form (standard
+* ``ort-bias-gelu`` — ``Gelu(Add(a, b))`` (standard erf Gelu or contrib Gelu) with ``b`` a 1-D bias
+  (a constant, or a graph input of proven shape) whose length provably equals a's last dim → ``BiasGelu(a, b)``; the tanh form (standard
   ``Gelu(approximate="tanh")`` or bias-less ``FastGelu``) → ``FastGelu(a, b)``. A bias that would
   broadcast a's last dim (a's last dim is 1 or unknown) is refused: the kernels add it per row.
 * ``ort-quick-gelu`` — ``x · Sigmoid(α·x)`` (α = 1 is SiLU/Swish) → ``QuickGelu(x, alpha=α)``.
@@ -26,13 +26,13 @@ from graphtool.passes import _gelu_parts as parts
 from graphtool.passes import _rule_common as common
 from graphtool.passes._fuse_common import graph_opset
 from graphtool.passes._ort_common import MS_DOMAIN, contrib_allowed
-from graphtool.rewrite import Const, OneOf, Rule, RulePass, Scalar, Var, either, ms, op
+from graphtool.rewrite import OneOf, Rule, RulePass, Scalar, Var, either, ms, op
 
 _gelu = common.all_of(parts.check_opset(False), parts.check_constants, parts.check_float("x"))
 ORT_GELU = Rule("ort-gelu-erf", parts.ERF, parts.emit("Gelu", ["x"], MS_DOMAIN), _gelu, emits="Gelu")
 ORT_FAST_GELU = Rule("ort-fast-gelu", parts.TANH, parts.emit("FastGelu", ["x"], MS_DOMAIN), _gelu, emits="FastGelu")
 
-_biased = op.Add(Var("a"), Const("bias"))
+_biased = op.Add(Var("a"), Var("bias"))
 _bias = common.all_of(parts.check_bias, parts.check_float("a"))
 BIAS_GELU = Rule("bias-gelu", either(op.Gelu(_biased, approximate=OneOf("none", b"none", None)), ms.Gelu(_biased)),
                  parts.emit("BiasGelu", ["a", "bias"], MS_DOMAIN), _bias, emits="BiasGelu")

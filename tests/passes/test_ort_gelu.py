@@ -190,3 +190,24 @@ def test_factored_tanh_gelu_becomes_fast_gelu(form):
 def test_factored_tanh_gelu_with_a_wrong_constant_stays():
     original, same, _ = run(factored_tanh_gelu("megatron", half=0.6), ["ort-gelu"])
     assert ops(same) == ops(original)
+
+
+@pytest.mark.parametrize("reversed_add", [False, True])
+def test_bias_that_is_a_graph_input_goes_in(reversed_add):
+    """onnxscript's bias_gelu_test models: Gelu(Add(x, y)) with y a [H] graph input, either order."""
+    nodes = [helper.make_node("Add", ["y", "x"] if reversed_add else ["x", "y"], ["a"]),
+             helper.make_node("Gelu", ["a"], ["out"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, H]),
+                                           helper.make_tensor_value_info("y", TensorProto.FLOAT, [H])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    original, fused, _ = run(proto, ["ort-bias-gelu"])
+    assert ops(fused) == {"com.microsoft:BiasGelu": 1}
+    assert fused.graph.nodes("BiasGelu")[0].inputs == ["x", "y"]
+    rng = np.random.default_rng(6)
+    assert_same_outputs(original, fused, {"x": rng.standard_normal((4, H)).astype(np.float32),
+                                          "y": rng.standard_normal(H).astype(np.float32)})
+    # a y of shape [1] would broadcast over x's last dim: not the kernel's per-row bias
+    graph.input[1].type.tensor_type.shape.dim[0].dim_value = 1
+    _, kept, _ = run(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), ["ort-bias-gelu"])
+    assert "com.microsoft:BiasGelu" not in ops(kept)
