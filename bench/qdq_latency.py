@@ -118,7 +118,7 @@ def main() -> None:
     args = ap.parse_args()
     with open(os.path.join(args.dir, "corpus.json")) as handle:
         index = json.load(handle)
-    names = args.models.split(",") if args.models else [n for n, i in index.items() if i["kind"] == "qdq" and "bert" not in n]
+    names = args.models.split(",") if args.models else [n for n, i in index.items() if i["kind"] == "qdq" and "bert" not in n and not n.startswith("light_")]
     print(f"{args.rounds} rounds × {args.runs} interleaved runs; ratio = median over rounds (range)", flush=True)
     head = "| model | nodes before → gt L2 ort | orig ORT all ms | gt L2 ort under ORT basic ms | wall ratio | cpu ratio | max abs |"
     if args.extra:
