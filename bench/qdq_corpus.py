@@ -12,7 +12,8 @@ What is built (one ``.onnx`` per row in --out, plus ``corpus.json`` naming each 
 
 * QDQ per-tensor and per-channel CNNs (ResNet-18, MobileNetV3-Large, EfficientNet-B0): onnxruntime's
   ``quant_pre_process`` then ``quantize_static`` (QDQ, uint8 activations, int8 weights) with a
-  random calibration reader; a QOperator ResNet-18.
+  random calibration reader; the same with int8 activations (``_s8``: quantize_static's defaults);
+  a QOperator ResNet-18.
 * transformers from fixtures/hf/bert_eager_ts.onnx: dynamically quantized (MatMulInteger), QDQ.
 * fp16: ResNet-18 and the BERT through onnxconverter-common's ``convert_float_to_float16``
   (keep_io_types, so the inputs stay float32 and the same feeds run both).
@@ -113,12 +114,14 @@ def _pre(src: str, dst: str) -> str:
     return dst
 
 
-def _static(src: str, dst: str, per_channel: bool, fmt: str = "qdq", ops: list[str] | None = None) -> None:
+def _static(src: str, dst: str, per_channel: bool, fmt: str = "qdq", ops: list[str] | None = None,
+            int8_activations: bool = False) -> None:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     quantize_static(src, dst, RandomReader(src), quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
-                    per_channel=per_channel, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                    op_types_to_quantize=ops)
+                    per_channel=per_channel,
+                    activation_type=QuantType.QInt8 if int8_activations else QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, op_types_to_quantize=ops)
 
 
 def _fp16(src: str, dst: str) -> None:
@@ -229,10 +232,12 @@ def main() -> None:
             src, origin = cnn_fp32(cnn, work)
             tag = cnn if origin == "torchvision" else f"{origin}"
             pre = _pre(src, os.path.join(work, f"{tag}_pre.onnx"))
-            for suffix, per_channel, fmt in (("qdq", False, "qdq"), ("qdq_pc", True, "qdq")):
+            # _s8: quantize_static's defaults (int8 activations), what a user gets without choosing
+            for suffix, per_channel, fmt in (("qdq", False, "qdq"), ("qdq_pc", True, "qdq"), ("qdq_s8", False, "qdq"),
+                                             ("qdq_s8_pc", True, "qdq")):
                 dst = os.path.join(out, f"{tag}_{suffix}.onnx")
                 if not os.path.exists(dst):
-                    _static(pre, dst, per_channel, fmt)
+                    _static(pre, dst, per_channel, fmt, int8_activations=suffix.startswith("qdq_s8"))
                 add(f"{tag}_{suffix}", "qdq", origin)
             if cnn == CNNS[0]:
                 dst = os.path.join(out, f"{tag}_qop.onnx")

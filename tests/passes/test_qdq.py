@@ -15,6 +15,7 @@ from onnx import TensorProto, helper
 from graphtool import io
 from graphtool.ir.to_onnx import to_onnx
 from graphtool.optimize import optimize
+from graphtool.verify import verify
 from tests.passes import qdq_models
 from tests.passes.helpers import const, make_proto, vi
 
@@ -112,14 +113,40 @@ def test_target_onnx_level2_keeps_qdq(qdq_paths):
     assert ops["Conv"] == 5 and not any(op.startswith("QLinear") or op == "QGemm" for op in ops)
 
 
-def test_int8_activations_are_refused_with_a_reason(qdq_paths):
-    original = io.load(qdq_paths["s8"])
-    optimized, _, ctx = optimize(original, level=2, target="ort", explain=["qlinear-conv"])
-    assert _ops(optimized)["QLinearConv"] == 0
+def test_int8_activations_become_uint8_and_fuse_as_ort_extended_does(qdq_paths, tmp_path):
+    """quantize_static's default (int8 activations): the s8 → u8 shift is bit-exact, then the units
+    fuse; graphtool converts a Q with several DQ readers too, so it ends below ORT extended's count."""
+    path = qdq_paths["s8"]
+    original = io.load(path)
+    shifted, report, _ = optimize(original, passes=["ort-qdq-s8-to-u8"], target="ort", level=2)
+    assert report.passes["ort-qdq-s8-to-u8"].stats["converted"] >= 10
+    feeds = qdq_models.feeds(2)
+    for a, b in zip(_run(path, feeds), _run(shifted, feeds)):
+        assert np.array_equal(a, b)  # the +128 shift changes no float value
+    optimized, _, _ = optimize(original, level=2, target="ort")
+    ops = _ops(optimized)
+    assert ops["QLinearConv"] == 5 and ops["QGemm"] == 1 and ops["DequantizeLinear"] == 1
+    ort_path = str(tmp_path / "ort.onnx")
+    _session(path, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, ort_path)
+    assert sum(ops.values()) < len(onnx.load(ort_path).graph.node)
+    assert verify(original, optimized).ok
+
+
+def test_int8_q_with_a_reader_that_is_not_a_dq_stays_and_its_unit_says_why():
+    """An int8 Q whose output is also a graph output cannot shift (the user reads the integers)."""
+    nodes = [_qdq("q0", "x", "s", "z", "xq"), _qdq("dq0", "xq", "s", "z", "xf", q=False),
+             helper.make_node("Sigmoid", ["xf"], ["sg"]), _qdq("q1", "sg", "s1", "z1", "yq"),
+             _qdq("dq1", "yq", "s1", "z1", "y", q=False)]
+    inits = [const("s", np.float32(0.05)), const("z", np.int8(0)), const("s1", np.float32(1 / 256)),
+             const("z1", np.int8(-128))]
+    m = io.load_proto(make_proto(nodes, [vi("x", [1, 4, 6, 6])], [vi("y", None), vi("xq", None, TensorProto.INT8)],
+                                 inits, opset=13, check=False))
+    out, report, ctx = optimize(m, level=2, target="ort", explain=["qlinear-unary"])
+    assert report.passes["ort-qdq-s8-to-u8"].stats["converted"] == 1  # q1 → dq1 only
+    assert _ops(out)["QLinearSigmoid"] == 0
     reasons = [e["reason"] for e in ctx.explanations.values() if e["reason"].startswith("check:")]
-    assert len(reasons) == 5 and all("quantizes to int8: only uint8 activations" in r for r in reasons)
-    feeds = qdq_models.feeds(1)
-    assert np.array_equal(_run(qdq_paths["s8"], feeds)[0], _run(optimized, feeds)[0])
+    assert any("quantizes to int8: only uint8 activations" in r for r in reasons), reasons
+    _check_same(m, out)
 
 
 # ---- hand-built units: each refusal -----------------------------------------------------------------------
