@@ -21,8 +21,14 @@ DCE until nothing moves): when more than one Transpose would be added (a region'
 a channel shuffle, a Concat or a float op between convolutions keeps a pair each), the graph
 stays in NCHW and the report's notes say so; the kernels are then the ones ORT's extended level runs.
 One Transpose is allowed: the entry an NCHW graph input needs (its exit vanishes into the Flatten
-after a global pool), so a torchvision QDQ CNN ends one node above ORT extended's count and ~1/3
-faster (resnet18_qdq 35 nodes vs 34; ORT's own "all" level: 36).
+after a global pool) — and only where it pays, measured (bench/results/stop31-qdq.md): onnxruntime's
+NCHW QLinearConv is slow on dense k×k kernels (the NCHW form of ResNet-18 runs 1.31-1.35× the
+original under ORT "all", MTCNN O-net 1.7×, DNSMOS 2×) but as fast on 1×1 and depthwise ones
+(MobileNetV3 / EfficientNet-B0 in NCHW: 0.82-0.95× of ORT "all", the channels-last form 0.76-0.93×).
+So the entry Transpose is taken when dense k×k kernels hold at least half the convolution weights
+(ResNet-18: 98 %, 35 nodes vs ORT extended's 34 — the one node every channels-last form of an NCHW
+input needs; ORT's own "all" level has 36), and refused below (MobileNetV3: 0 %, EfficientNet-B0:
+0 %: 202 / 241 nodes, ORT extended's counts).
 """
 
 from __future__ import annotations
@@ -69,11 +75,18 @@ class OrtQdqNhwc(Pass):
         if refused.get(id(graph)) == len(plan):
             return PassResult(False, {"converted": 0})
         added = self.trial(graph, ctx, plan)
+        why = None
         if added > MAX_ADDED:
+            why = f"it would add {added} nodes (more than {MAX_ADDED}, the entry Transpose)"
+        elif added > 0:
+            share = dense_share(graph, plan)
+            if share < DENSE_SHARE:
+                why = (f"it would add the entry Transpose, and only {share:.0%} of the convolution weights are dense "
+                       f"k×k kernels (below {DENSE_SHARE:.0%}: 1×1 and depthwise convolutions run as fast in NCHW)")
+        if why:
             refused[id(graph)] = len(plan)
             ctx._nhwc_refused = refused
-            ctx.notes.append(f"ort-qdq-nhwc: channels-last layout refused: it would add {added} nodes "
-                             f"(more than {MAX_ADDED}, the entry Transpose)")
+            ctx.notes.append(f"ort-qdq-nhwc: channels-last layout refused: {why}")
             return PassResult(False, {"converted": 0, "refused": 1})
         apply(graph, ctx, plan)
         return PassResult(True, {"converted": len(plan)})
@@ -119,6 +132,24 @@ class OrtQdqNhwc(Pass):
 
 
 MAX_ADDED = 1  # the entry Transpose an NCHW graph input needs; anything more stays NCHW
+DENSE_SHARE = 0.5  # the entry Transpose is paid for only where dense k×k convolutions dominate
+
+
+def dense_share(graph: Graph, plan: list[tuple[int, str, dict]]) -> float:
+    """The share of the planned QLinearConvs' weight elements in dense (group 1) kernels larger
+    than 1×1 — a proxy for their share of the multiply-adds that needs no spatial shapes."""
+    dense = total = 0
+    for node_id, op_type, _ in plan:
+        if op_type != "QLinearConv":
+            continue
+        node = graph.node(node_id)
+        w = graph.const(node.inputs[3])
+        if w is None or w.ndim != 4:
+            continue
+        total += w.size
+        if int(node.attr("group", 1)) == 1 and w.shape[2] * w.shape[3] > 1:
+            dense += w.size
+    return dense / total if total else 0.0
 
 
 def apply(graph: Graph, ctx: PassContext | None, plan: list[tuple[int, str, dict]]) -> None:

@@ -78,6 +78,31 @@ def float_resnet(path: str, seed: int = 0) -> str:
     return path
 
 
+def float_pointwise(path: str, seed: int = 0) -> str:
+    """A MobileNet-style body: a small 3×3 stem, then 1×1 convolutions and a residual Add (dense k×k
+    kernels hold 12 % of the convolution weights) → GlobalAveragePool → Flatten → Gemm."""
+    rng = np.random.default_rng(seed)
+
+    def w(name, *shape, scale=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), n("Relu", ["c1"], ["r1"]),
+             n("Conv", ["r1", "w2", "b2"], ["c2"]), n("Relu", ["c2"], ["r2"]),
+             n("Conv", ["r2", "w3", "b3"], ["c3"]), n("Relu", ["c3"], ["r3"]),
+             n("Conv", ["r3", "w4", "b4"], ["c4"]), n("Add", ["c4", "r1"], ["s"]),
+             n("GlobalAveragePool", ["s"], ["g"]), n("Flatten", ["g"], ["f"]), n("Gemm", ["f", "fc", "fcb"], ["y"], transB=1)]
+    inits = [w("w1", 8, 3, 3, 3), w("b1", 8), w("w2", 32, 8, 1, 1), w("b2", 32), w("w3", 32, 32, 1, 1), w("b3", 32),
+             w("w4", 8, 32, 1, 1), w("b4", 8), w("fc", 10, 8), w("fcb", 10)]
+    graph = helper.make_graph(nodes, "qpointwise", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    proto.ir_version = 8
+    onnx.checker.check_model(proto, full_check=True)
+    onnx.save(proto, path)
+    return path
+
+
 class _Reader:
     def __init__(self, count: int = 4, seed: int = 1):
         rng = np.random.default_rng(seed)
@@ -87,12 +112,14 @@ class _Reader:
         return next(self.feeds, None)
 
 
-def quantized_cnn(folder: str, per_channel: bool = False, activations: str = "uint8", resnet: bool = False) -> str:
-    """The float CNN (or ResNet block) through ``onnxruntime.quantization.quantize_static`` (QDQ format)."""
+def quantized_cnn(folder: str, per_channel: bool = False, activations: str = "uint8", resnet: bool = False,
+                  pointwise: bool = False) -> str:
+    """The float CNN (or ResNet block, or pointwise body) through ``onnxruntime.quantization.quantize_static`` (QDQ)."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-    name = "resnet" if resnet else "cnn"
-    src = (float_resnet if resnet else float_cnn)(os.path.join(folder, f"float_{name}.onnx"))
+    name = "resnet" if resnet else "pointwise" if pointwise else "cnn"
+    build = float_resnet if resnet else float_pointwise if pointwise else float_cnn
+    src = build(os.path.join(folder, f"float_{name}.onnx"))
     dst = os.path.join(folder, f"qdq_{name}_{'pc' if per_channel else 'pt'}_{activations}.onnx")
     if not os.path.exists(dst):
         quantize_static(src, dst, _Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,

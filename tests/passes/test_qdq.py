@@ -99,6 +99,20 @@ def test_channels_last_layout_on_a_resnet_block_runs_what_ort_all_runs(qdq_paths
         assert np.array_equal(a, b)
 
 
+def test_channels_last_not_taken_for_one_transpose_where_1x1_kernels_dominate(qdq_paths, tmp_path):
+    """1×1 convolutions run as fast in NCHW (MobileNet, EfficientNet): the entry Transpose is not
+    paid for, and the count is ORT extended's."""
+    path = qdq_models.quantized_cnn(str(tmp_path), per_channel=True, pointwise=True)
+    optimized, report, ctx = optimize(io.load(path), level=2, target="ort")
+    assert report.passes["ort-qdq-nhwc"].stats.get("refused") == 1
+    assert any("12% of the convolution weights are dense k×k kernels" in note for note in ctx.notes), ctx.notes
+    ops = _ops(optimized)
+    assert ops["QLinearConv"] == 4 and "Transpose" not in ops
+    ort_path = str(tmp_path / "ort.onnx")
+    _session(path, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, ort_path)
+    assert sum(ops.values()) <= len(onnx.load(ort_path).graph.node)
+
+
 def test_channels_last_refused_where_transposes_would_stay(qdq_paths):
     """The shuffle (Reshape/Transpose/Reshape) and Concat between convolutions keep NCHW."""
     optimized, report, ctx = optimize(io.load(qdq_paths["pt"]), level=2, target="ort")
