@@ -18,6 +18,10 @@ loads and its outputs are equal:
   quantization step; a result whose error is no larger than onnxruntime extended's own on the same
   model is marked "≈" (equal as onnxruntime's own fusion is), not counted wrong;
 * fp16 models: 1e-2 + 1e-2 |ref| (half precision: 11 bits of mantissa).
+
+The last column judges graphtool L2's and ORT extended's quantized results as graphtool's own
+verification does (graphtool.verify: 2 steps of the output's DequantizeLinear scale) and gives the
+largest difference in steps.
 """
 
 from __future__ import annotations
@@ -78,6 +82,24 @@ def _error(ref: dict, got: dict, atol: float, rtol: float) -> tuple[bool, float,
     return ok, worst, why
 
 
+def _grid(path: str, ref: dict, got: dict) -> tuple[bool, float | None]:
+    """graphtool's own verdict (verification's quantization grid: 2 steps of each dequantized
+    output's scale) and the largest difference in steps of that scale (None: no output on a grid)."""
+    from graphtool import io
+    from graphtool.verify import ATOL, RTOL, judge_output, quantized_outputs
+
+    grids = quantized_outputs(io.load(path))
+    ok, steps = True, None
+    for name, value in ref.items():
+        grid = grids.get(name)
+        ok &= judge_output(name, value, got[name], RTOL, ATOL, None, grid).ok
+        if grid is not None and not grid.integer:
+            d = np.abs(np.asarray(value, np.float64) - np.asarray(got[name], np.float64))
+            scale = np.broadcast_to(grid.atol(np.shape(value)), np.shape(value)) / grid.steps if grid.axis is not None else float(np.max(grid.scale))
+            steps = max(steps or 0.0, float(np.max(d / scale)) if d.size else 0.0)
+    return ok, steps
+
+
 def run_model(name: str, path: str, kind: str, tools: list[str]) -> dict:
     feeds = _feeds(path)
     atol, rtol = TOL[tolerance_kind(kind)]
@@ -94,7 +116,10 @@ def run_model(name: str, path: str, kind: str, tools: list[str]) -> dict:
                     res["ok"], res["why"] = False, "no inputs"
                 else:
                     try:
-                        res["ok"], res["max_abs"], res["why"] = _error(ref, _run(out, feeds), atol, rtol)
+                        got = _run(out, feeds)
+                        res["ok"], res["max_abs"], res["why"] = _error(ref, got, atol, rtol)
+                        if tolerance_kind(kind) == "quantized" and key in ("graphtool-l2", "ort-extended"):
+                            res["grid_ok"], res["steps"] = _grid(path, ref, got)
                     except Exception as err:  # noqa: BLE001 - a result that does not run is wrong
                         res["ok"], res["max_abs"], res["why"] = False, float("inf"), f"does not run: {str(err)[:80]}"
             row["tools"][key] = res
@@ -112,8 +137,9 @@ def best(row: dict, tools: tuple[str, ...]) -> tuple[str, int] | None:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| model | kind | gt L1 | best std peer | gt L2 ort | ORT ext | " + " | ".join(STANDARD) + " | gt L2 max abs | ORT ext max abs |",
-             "|" + "---|" * (9 + len(STANDARD))]
+    lines = ["| model | kind | gt L1 | best std peer | gt L2 ort | ORT ext | " + " | ".join(STANDARD)
+             + " | gt L2 max abs | ORT ext max abs | gt L2 / ORT ext on the grid |",
+             "|" + "---|" * (10 + len(STANDARD))]
     for row in rows:
         t = row["tools"]
 
@@ -134,9 +160,15 @@ def table(rows: list[dict]) -> str:
         def err(r: dict) -> str:
             return f"{r['max_abs']:.3g}" if "max_abs" in r else "-"
 
+        def grid(r: dict) -> str:
+            if "grid_ok" not in r:
+                return "-"
+            steps = f"{r['steps']:.2g} steps" if r.get("steps") is not None else "no grid"
+            return ("ok " if r["grid_ok"] else "✗ ") + steps
+
         lines.append(f"| {row['model']} | {row['kind']} | {cell('graphtool-l1')}{mark1} | "
                      f"{f'{b1[1]} ({b1[0]})' if b1 else '-'} | {cell('graphtool-l2')}{mark2} | {cell('ort-extended')} | "
-                     + " | ".join(cell(k) for k in STANDARD) + f" | {err(g2)} | {err(ext)} |")
+                     + " | ".join(cell(k) for k in STANDARD) + f" | {err(g2)} | {err(ext)} | {grid(g2)} / {grid(ext)} |")
     return "\n".join(lines)
 
 
