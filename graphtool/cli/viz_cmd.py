@@ -72,12 +72,14 @@ def viz_command(model_path: str, output: str | None, fmt: str | None, around: st
     if layers:
         if fmt != "html" or around is not None:
             raise UsageError("--layers makes an HTML page of the whole model: use -o out.html, without --around")
-        if not no_shapes:
-            model = infer_shapes(model)
         from graphtool.render.html import layered_page
         from graphtool.render.layers import layered_data
 
-        data = layered_data(model, os.path.basename(model_path))
+        # shapes from the shape oracle, asked per value (no copy of the model re-read with
+        # value_info: that was a second load, and whole-model inference held +1.6 GB at 1M ops)
+        progress.stage("folding into layers")
+        data = layered_data(model, os.path.basename(model_path), shapes=not no_shapes)
+        progress.stage("writing the page")
         write_output(layered_page(data).encode("utf-8"), output)
         if output:
             click.echo(f"wrote {output}: {data['opCount']} ops in {len(data['layers']['kind']) - 1} layers")

@@ -44,6 +44,10 @@ class DiffView:
             f'<TD>{c["unchanged"]} unchanged</TD></TR>'
         )
         self.legend = legend
+        self.picture.legend = [
+            {"text": f"{c[kind]} {kind}", "fill": COLORS[kind][0], "border": COLORS[kind][1]}
+            for kind in (REMOVED, ADDED, CHANGED)] + [
+            {"text": f"{c['unchanged']} unchanged", "fill": COLORS["context"][0], "border": COLORS["context"][1]}]
         self.edge_count = 0
         self._io: dict[str, tuple[str, str]] = {}  # io element id -> ("input"|"output", value)
         self._io_done: set[str] = set()
@@ -158,7 +162,7 @@ class DiffView:
                     self._io_node(target, end)
             eid = f"e{self.edge_count}"
             self.edge_count += 1
-            pic.dot.edge(src, dst, id=eid, **edge_label(graph, value), **style)
+            pic.dot.edge(src, dst, id=eid, **edge_label(pic, src, graph, value), **style)
             shape = shape_text(value_shape(graph, value))
             pic.titles[eid] = value + (f"  {shape}" if shape else "")
         if cluster is not None:

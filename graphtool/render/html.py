@@ -90,12 +90,23 @@ def _groups_list(groups: list[dict[str, Any]]) -> str:
     return f'<h2>Summary <small class="hint">click a line to light its nodes</small></h2><ul id="groups">{items}</ul>'
 
 
+def _legend(entries: list[dict[str, Any]]) -> str:
+    """The key to a diff's colours, under the overview strip (in the picture's SVG it sat at the
+    top of the graph, out of view or under the strip once the page zooms to the first change)."""
+    if not entries:
+        return ""
+    items = "".join(
+        f'<li><span class="swatch" style="background:{html.escape(e["fill"])};border:1px solid '
+        f'{html.escape(e["border"])}"></span>{html.escape(e["text"])}</li>' for e in entries)
+    return f'<ul id="legend" title="">{items}</ul>'
+
+
 def page(picture: Picture, heading: str | None = None) -> str:
     """The whole page as a string. Weight statistics are computed here, not when the picture is
     built, so SVG/DOT output never reads a weight (``Picture.weight_stats`` bounds the work)."""
-    script, style = _asset("page.js"), _asset("page.css")
+    script, style = _asset("viewport.js") + _asset("page.js"), _asset("page.css")
     with ThreadPoolExecutor(max_workers=1) as pool:  # dot lays out while the weights are read
-        layout = pool.submit(picture.svg)
+        layout = pool.submit(picture.svg, not picture.legend)  # a legend goes under the overview
         data = _json_for_script({
             "info": picture.info,
             "stats": picture.weight_stats(),
@@ -123,7 +134,7 @@ def page(picture: Picture, heading: str | None = None) -> str:
         '<span class="keys"><kbd>/</kbd> search <kbd>f</kbd> fit <kbd>+</kbd><kbd>-</kbd> or <kbd>ctrl</kbd>+wheel zoom</span></div>'
         "</header>\n"
         f'<main><div id="view">{svg}</div><div id="overview" title="overview: click or drag to move">'
-        '<canvas></canvas><div id="frame"></div></div>\n'
+        f'<canvas></canvas><div id="frame"></div>{_legend(picture.legend)}</div>\n'
         f'<aside><h2>Details</h2><div id="details"><p class="hint">{hint}</p></div>'
         f'{_groups_list(picture.groups)}<div id="changes">{_changes_table(picture.rows)}</div></aside></main>\n'
         f'<script type="application/json" id="gt-data">{data}</script>\n'

@@ -47,17 +47,28 @@ def value_shape(graph: Graph, value: str) -> list[Any] | None:
     return None
 
 
-def value_type(graph: Graph, value: str) -> str:
-    """``float32 1x64x56x56`` as far as it is known, searching enclosing scopes like value_shape."""
+def value_type(graph: Graph, value: str, full: bool = False) -> str:
+    """``float32 1x64x56x56`` as far as it is known, searching enclosing scopes like value_shape;
+    symbolic dims shortened unless ``full``."""
     g: Graph | None = graph
     while g is not None:
         if value in g.nx or value in g.initializers:
             dtype = g.dtype(value)
             shape = g.declared_shape(value)
             if dtype is not None or shape is not None or not g.is_free(value):
-                return " ".join(x for x in (dtype_name(dtype) if dtype else "", shape_text(shape) or "") if x)
+                return " ".join(x for x in (dtype_name(dtype) if dtype else "", shape_text(shape, full) or "") if x)
         g = g.parent
     return ""
+
+
+def typed_row(row: dict[str, Any], graph: Graph, value: str) -> dict[str, Any]:
+    """``row`` with the value's ``type`` (short dims) and, where shortening changed it, ``full``
+    (the panel shows it on hover)."""
+    row["type"] = value_type(graph, value) if value else ""
+    full = value_type(graph, value, True) if value else ""
+    if full != row["type"]:
+        row["full"] = full
+    return row
 
 
 @dataclass
@@ -149,7 +160,7 @@ class Labels:
             row: dict[str, Any] = {"slot": slot_name, "value": value}
             fold = self.folded(graph, value)
             if fold is None:
-                row["type"] = value_type(graph, value) if value else ""
+                typed_row(row, graph, value)
             else:
                 tiny = small_value(fold.array) if fold.array is not None else None
                 line = f"{slot_name} = {tiny}" if tiny is not None else f"{slot_name} {shape_text(fold.dims) or '?'}"
@@ -160,7 +171,7 @@ class Labels:
                     row["values"] = tiny
             inputs.append(row)
         parts += [small(html_text(line), EXTRA_COLOR) for line in extra]
-        outputs = [{"slot": self.schemas.output_name(node, s), "value": v, "type": value_type(graph, v) if v else ""}
+        outputs = [typed_row({"slot": self.schemas.output_name(node, s), "value": v}, graph, v)
                    for s, v in enumerate(node.outputs)]
         hover = [op + (f"  {node.name}" if node.name else "")]
         hover += [f"{k} = {t}" for k, t in texts.items()]

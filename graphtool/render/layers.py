@@ -18,11 +18,14 @@ import ast
 from collections import Counter
 from typing import Any
 
+from onnx import AttributeProto
+
 from graphtool.ir.graph import Graph, constant_node_value
 from graphtool.ir.model import Model
 from graphtool.ir.tensor import dtype_name
 from graphtool.render.schemas import Schemas
 from graphtool.render.text import attr_text, cut, shape_text, small_value
+from graphtool.shapes import ShapeOracle, dims_of
 
 MAX_ITEMS = 80  # items (ops and sub-layers) a layer shows when expanded; more become runs
 
@@ -109,8 +112,14 @@ def _scopes(record: Any) -> list[tuple[str, str]]:
 class LayeredData:
     """Builds the page data of one model (``layered_data``)."""
 
-    def __init__(self, model: Model):
+    def __init__(self, model: Model, shapes: bool = True):
         self.model = model
+        # inferred types come from the one shape oracle (segmented past 150k ops, one shared
+        # TypeProto per distinct type); the file's declarations win, as everywhere
+        self.oracle = ShapeOracle(model) if shapes else None
+        self.type_texts: dict[Any, tuple[int, int]] = {}  # a distinct type -> (short, full) strings
+        self.tiny: dict[int, str | None] = {}  # a constant value id -> its short value text
+        self.attr_texts: dict[Any, list[tuple[str, str | None]]] = {}  # op + attributes -> their texts
         self.schemas = Schemas(model.opset_imports)
         self.strings: dict[str, int] = {"": 0}
         self.string_list: list[str] = [""]
@@ -143,6 +152,8 @@ class LayeredData:
     # -- values
 
     def _owner(self, graph: Graph, value: str) -> Graph:
+        if graph.parent is None:
+            return graph
         g: Graph | None = graph
         while g is not None:
             if value in g._node or value in g.initializers or value in g.inputs:
@@ -158,9 +169,9 @@ class LayeredData:
         if vid is None:
             vid = self.value_ids[key] = len(self.v_name)
             self.v_name.append(self.s(value))
-            short, full = self._type(owner, value), self._type(owner, value, True)
-            self.v_type.append(self.s(short))
-            self.v_full.append(self.s(full) if full != short else 0)
+            short, full = self._type(owner, value)
+            self.v_type.append(short)
+            self.v_full.append(full)
             self.v_prod.append(-1)
             const = 0
             if value in owner.initializers:
@@ -172,13 +183,29 @@ class LayeredData:
             self.v_const.append(const)
         return vid
 
-    @staticmethod
-    def _type(graph: Graph, value: str, full: bool = False) -> str:
-        if value in graph.initializers:
-            t = graph.initializers[value]
-            return " ".join(x for x in (dtype_name(t.data_type), shape_text(list(t.dims)) or "") if x)
-        dtype, shape = graph.dtype(value), graph.declared_shape(value)
-        return " ".join(x for x in (dtype_name(dtype) if dtype else "", shape_text(shape, full) or "") if x)
+    def _type(self, graph: Graph, value: str) -> tuple[int, int]:
+        """(the type as the page shows it, its unshortened form or 0 when the same) as strings.
+        Computed once per distinct type: a model's values have few (a million-op chain: a handful)."""
+        tensor = graph.initializers.get(value)
+        if tensor is not None:
+            key: Any = (tensor.data_type, tuple(tensor.dims))
+            dtype, dims = key[0], list(key[1])
+        else:
+            t = graph.declared_type(value)
+            if t is None and self.oracle is not None:
+                t = self.oracle.type_of(graph, value)
+            key = t.SerializeToString() if t is not None else b""
+            known = self.type_texts.get(key)
+            if known is not None:
+                return known
+            dtype = t.tensor_type.elem_type if t is not None and t.HasField("tensor_type") else 0
+            dims = dims_of(t)
+        known = self.type_texts.get(key)
+        if known is None:
+            name = dtype_name(dtype) if dtype else ""
+            short, full = (" ".join(x for x in (name, shape_text(dims, f) or "") if x) for f in (False, True))
+            known = self.type_texts[key] = (self.s(short), self.s(full) if full != short else 0)
+        return known
 
     # -- ops
 
@@ -244,34 +271,49 @@ class LayeredData:
                 self.graph_io.append({"kind": "output", "op": k})
 
     def _texts(self, graph: Graph, node: Any, record: Any, ins: list[int]) -> tuple[str, str]:
-        """(the box's second line: weights folded in and non-default attributes; every attribute)."""
+        """(the box's second line: weights folded in and non-default attributes; every attribute).
+        What depends only on a constant (its short value) or on an op's attributes (their texts)
+        is computed once and reused: a chain of a million ops has a few dozen of each."""
         lines: list[str] = []
         for slot, vid in enumerate(ins):
             if vid >= 0 and self.v_const[vid]:
-                value = record.io[slot]
-                tiny = None
-                owner = self._owner(graph, value)
-                if value not in owner.initializers:
-                    producer = owner.producer(value)
-                    array = constant_node_value(producer) if producer is not None else None
-                    if array is not None and array.size <= 8:
-                        tiny = small_value(array)
-                elif owner.initializers[value].size <= 8 and owner.initializers[value].external is None:
-                    tiny = small_value(owner.initializers[value].numpy())
+                tiny = self.tiny.get(vid, self)
+                if tiny is self:
+                    tiny = self.tiny[vid] = self._tiny(graph, record.io[slot])
                 slot_name = self.schemas.slot_name(node, slot)
                 typed = self.string_list[self.v_type[vid]]
                 shape = typed.split(" ", 1)[-1] if typed else "?"
                 lines.append(f"{slot_name} = {tiny}" if tiny is not None else f"{slot_name} {shape}")
-        texts = []
+        texts: list[str] = []
         if record.template is not None or record._attrs:
-            for key, value in node.attrs.items():
-                if isinstance(value, Graph) or (isinstance(value, list) and value and isinstance(value[0], Graph)):
-                    continue
-                text = attr_text(key, value)
-                texts.append(f"{key} = {cut(text, 200)}")
-                if len(lines) < 4 and not self.schemas.is_default(node, key, value):
-                    lines.append(f"{key}={cut(text, 28)}")
+            table = record.peek_attrs()  # not kept parsed: +268 MB on a million ops
+            key = (record.op_type, record.domain,
+                   tuple((k, v.SerializeToString()) for k, v in table.items() if isinstance(v, AttributeProto)))
+            known = self.attr_texts.get(key)
+            if known is None:
+                known = []
+                for name, value in node.attrs.items():
+                    if isinstance(value, Graph) or (isinstance(value, list) and value and isinstance(value[0], Graph)):
+                        continue
+                    text = attr_text(name, value)
+                    known.append((f"{name} = {cut(text, 200)}",
+                                  None if self.schemas.is_default(node, name, value) else f"{name}={cut(text, 28)}"))
+                self.attr_texts[key] = known
+            for full, short in known:
+                texts.append(full)
+                if len(lines) < 4 and short is not None:
+                    lines.append(short)
         return " · ".join(lines[:3]), "\n".join(texts)
+
+    def _tiny(self, graph: Graph, value: str) -> str | None:
+        """A constant's value as its reader's box shows it (shapes, axes: ``= [1,4,4]``), or None."""
+        owner = self._owner(graph, value)
+        if value not in owner.initializers:
+            producer = owner.producer(value)
+            array = constant_node_value(producer) if producer is not None else None
+            return small_value(array) if array is not None and array.size <= 8 else None
+        tensor = owner.initializers[value]
+        return small_value(tensor.numpy()) if tensor.size <= 8 and tensor.external is None else None
 
     # -- layers
 
@@ -502,6 +544,8 @@ class LayeredData:
         }
 
 
-def layered_data(model: Model, title: str) -> dict[str, Any]:
-    """The layered page's data for ``model`` (see the module docstring)."""
-    return LayeredData(model).build(title)
+def layered_data(model: Model, title: str, shapes: bool = True) -> dict[str, Any]:
+    """The layered page's data for ``model`` (see the module docstring). ``shapes``: complete the
+    file's declared types by ONNX shape inference (the shape oracle); False shows only what the
+    file declares."""
+    return LayeredData(model, shapes).build(title)

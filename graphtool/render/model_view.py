@@ -217,6 +217,9 @@ class ModelView:
                     style="filled", fillcolor=fill, color=line, id=vid)
         pic.titles[vid] = f"{kind} {value}\n{detail}"
         pic.info[vid] = {kind: value, "type": detail}
+        full = " ".join(x for x in (dtype_name(dtype) if dtype else "", shape_text(graph.declared_shape(value), True) or "") if x)
+        if full != detail:
+            pic.info[vid]["full"] = full
         if graph.parent is not None:  # a body's input/output: the panel lists it under its owner
             owner = graph.parent.node(graph.owner) if graph.owner is not None and graph.owner in graph.parent._node else None
             pic.info[vid]["graph"] = f"{owner.op_type} {describe(owner)}" if owner is not None else (graph.name or "subgraph")
@@ -257,7 +260,7 @@ class ModelView:
     def _edge(self, src: str, dst: str, graph: Graph, value: str, **style: str) -> None:
         eid = f"e{self.edge_count}"
         self.edge_count += 1
-        self.picture.dot.edge(src, dst, id=eid, **edge_label(graph, value), **style)
+        self.picture.dot.edge(src, dst, id=eid, **edge_label(self.picture, src, graph, value), **style)
         shape = shape_text(value_shape(graph, value))
         self.picture.titles[eid] = value + (f"  {shape}" if shape else "")
 

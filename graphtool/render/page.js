@@ -17,7 +17,6 @@
   var readableScale = READABLE / (data.minFont || 9);
   var base = svg.viewBox.baseVal;
   var home = {x: base.x, y: base.y, w: base.width || 1, h: base.height || 1};
-  var vb = {x: home.x, y: home.y, w: home.w, h: home.h};
   svg.removeAttribute("width");
   svg.removeAttribute("height");
   svg.setAttribute("preserveAspectRatio", "xMidYMid meet");
@@ -43,44 +42,40 @@
                    color: stroke && stroke !== "transparent" ? stroke : "#999", g: g};
     order.push(g.id);
   });
-  function size() { return {w: view.clientWidth || 1, h: view.clientHeight || 1}; }
-  function scale() { return size().w / vb.w; }
-  function fitScale() { var z = size(); return Math.min(z.w / home.w, z.h / home.h); }
-  function clampScale(s) { return Math.max(fitScale() * 0.5, Math.min(s, 8)); }
-  function apply() {
-    svg.setAttribute("viewBox", vb.x + " " + vb.y + " " + vb.w + " " + vb.h);
-    drawFrame();
-  }
-  function within(c, half, lo, len, pad) {
-    // keep the graph on screen: no more than ``pad`` of empty space past its edges
-    if (2 * half >= len + 2 * pad) { return lo + len / 2; }
-    return Math.max(lo - pad + half, Math.min(lo + len + pad - half, c));
-  }
-  function setView(s, cx, cy) {
-    var z = size();
-    s = clampScale(s);
-    vb.w = z.w / s; vb.h = z.h / s;
-    vb.x = within(cx, vb.w / 2, home.x, home.w, 24 / s) - vb.w / 2;
-    vb.y = within(cy, vb.h / 2, home.y, home.h, 24 / s) - vb.h / 2;
-    apply();
-  }
+  // the view (render/viewport.js): Graphviz's SVG shows it through its viewBox
+  var marks = {};  // element id -> colour drawn over the overview
+  var port = graphtoolViewport({
+    svg: svg, onScreen: true,
+    world: function () { return home; },
+    minScale: function () { return fitScale() * 0.5; },
+    show: function (vt, z) { svg.setAttribute("viewBox", vt.x + " " + vt.y + " " + z.w / vt.s + " " + z.h / vt.s); },
+    fit: function () { fit(); },
+    paint: function (c, rect) {
+      // boxes in their border colour; a diff's changes (thick borders) drawn again, larger, on top
+      order.forEach(function (id) { rect(boxes[id], boxes[id].color, 1.5); });
+      order.forEach(function (id) { var b = boxes[id]; if (info[id] && info[id].change && info[id].change !== "context") { rect(b, b.color, 3); } });
+      Object.keys(marks).forEach(function (id) { if (boxes[id]) { rect(boxes[id], marks[id], 5); } });
+    }
+  });
+  var size = port.size, setView = port.setView, zoomBy = port.zoomBy, fitScale = port.fitScale;
+  var drawOverview = port.drawOverview, apply = port.apply;
+  function scale() { return port.vt.s; }
   function uncut(keep) {
     // no box cut in two by the view's left edge: move the edge left of any it crosses, as long
     // as ``keep`` (the box the view is for) stays wholly in view
-    var start = vb.x, limit = keep ? keep.x + keep.w + 6 / scale() - vb.w : -Infinity;
+    var vt = port.vt, w = size().w / vt.s;
+    var start = vt.x, limit = keep ? keep.x + keep.w + 6 / scale() - w : -Infinity;
     for (var pass = 0; pass < 4; pass++) {
-      var edge = vb.x, left = edge;
+      var edge = vt.x, left = edge;
       order.forEach(function (id) { var b = boxes[id]; if (b.x < edge && b.x + b.w > edge) { left = Math.min(left, b.x - 6 / scale()); } });
       if (left === edge) { break; }
-      if (left < limit) { vb.x = start; break; }
-      vb.x = left;
+      if (left < limit) { vt.x = start; break; }
+      vt.x = left;
     }
     apply();
   }
-  function center() { return {x: vb.x + vb.w / 2, y: vb.y + vb.h / 2}; }
   // the whole graph, but a small one no larger than half again the readable zoom
-  function fit() { setView(Math.min(fitScale(), readableScale * 1.5), home.x + home.w / 2, home.y + home.h / 2); }
-  function zoomBy(k) { var c = center(); setView(scale() * k, c.x, c.y); }
+  function fit() { port.fit(readableScale * 1.5); }
   function topmost() {
     var best = null;
     order.forEach(function (id) { if (!best || boxes[id].y < boxes[best].y) { best = id; } });
@@ -99,91 +94,6 @@
     setView(s, cx, top + h / 2);
     uncut(b);
   }
-  function toSvg(clientX, clientY) {
-    var pt = svg.createSVGPoint();
-    pt.x = clientX; pt.y = clientY;
-    return pt.matrixTransform(svg.getScreenCTM().inverse());
-  }
-  svg.addEventListener("wheel", function (e) {
-    // like a document (and Netron): the wheel scrolls, ctrl+wheel (a touchpad pinch) zooms
-    e.preventDefault();
-    if (!e.ctrlKey && !e.metaKey) {
-      var unit = e.deltaMode === 1 ? 16 : (e.deltaMode === 2 ? size().h : 1);
-      var dx = (e.shiftKey && !e.deltaX ? e.deltaY : e.deltaX) * unit, dy = (e.shiftKey ? 0 : e.deltaY) * unit;
-      vb.x += dx / scale(); vb.y += dy / scale();
-      apply();
-      return;
-    }
-    var k = Math.exp(Math.max(-1, Math.min(1, e.deltaY * 0.01)));
-    var s = clampScale(scale() / k);
-    k = scale() / s;
-    var p = toSvg(e.clientX, e.clientY);  // in viewBox units: zoom around the cursor
-    vb.x = p.x - (p.x - vb.x) * k; vb.y = p.y - (p.y - vb.y) * k;
-    vb.w *= k; vb.h *= k; apply();
-  }, {passive: false});
-  var drag = null, moved = false;
-  svg.addEventListener("mousedown", function (e) {
-    drag = {x: e.clientX, y: e.clientY, vx: vb.x, vy: vb.y, scale: 1 / svg.getScreenCTM().a};
-    moved = false;
-    view.classList.add("dragging");
-  });
-  window.addEventListener("mousemove", function (e) {
-    if (!drag) { return; }
-    if (Math.abs(e.clientX - drag.x) + Math.abs(e.clientY - drag.y) > 3) { moved = true; }
-    vb.x = drag.vx - (e.clientX - drag.x) * drag.scale;
-    vb.y = drag.vy - (e.clientY - drag.y) * drag.scale;
-    apply();
-  });
-  window.addEventListener("mouseup", function () {
-    drag = null;
-    view.classList.remove("dragging");
-    setTimeout(function () { moved = false; }, 0);  // after the click this mouseup makes
-  });
-  window.addEventListener("resize", function () { var c = center(); drawOverview(); setView(scale(), c.x, c.y); });
-
-  // ------------------------------------------------------------------ overview (minimap)
-  var overview = document.getElementById("overview");
-  var canvas = overview.querySelector("canvas");
-  var frame = document.getElementById("frame");
-  var ov = {k: 1, w: 0, h: 0};
-  var marks = {};  // element id -> colour drawn over the overview
-  function drawOverview() {
-    var maxW = 150, maxH = Math.max(60, overview.clientHeight - 12);
-    ov.k = Math.min(maxW / home.w, maxH / home.h);
-    ov.w = Math.max(24, Math.round(home.w * ov.k)); ov.h = Math.max(24, Math.round(home.h * ov.k));
-    var dpr = window.devicePixelRatio || 1;
-    canvas.width = ov.w * dpr; canvas.height = ov.h * dpr;
-    canvas.style.width = ov.w + "px"; canvas.style.height = ov.h + "px";
-    var ctx = canvas.getContext("2d");
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.clearRect(0, 0, ov.w, ov.h);
-    function rect(b, color, grow) {
-      ctx.fillStyle = color;
-      var w = Math.max(grow, b.w * ov.k), h = Math.max(grow, b.h * ov.k);
-      ctx.fillRect((b.x - home.x) * ov.k + (b.w * ov.k - w) / 2, (b.y - home.y) * ov.k + (b.h * ov.k - h) / 2, w, h);
-    }
-    // boxes in their border colour; a diff's changes (thick borders) drawn again, larger, on top
-    order.forEach(function (id) { rect(boxes[id], boxes[id].color, 1.5); });
-    order.forEach(function (id) { var b = boxes[id]; if (info[id] && info[id].change && info[id].change !== "context") { rect(b, b.color, 3); } });
-    Object.keys(marks).forEach(function (id) { if (boxes[id]) { rect(boxes[id], marks[id], 5); } });
-    drawFrame();
-  }
-  function drawFrame() {
-    if (!ov || !ov.w) { return; }
-    var x = (vb.x - home.x) * ov.k, y = (vb.y - home.y) * ov.k;
-    var x2 = Math.min(ov.w, x + vb.w * ov.k), y2 = Math.min(ov.h, y + vb.h * ov.k);
-    x = Math.max(0, x); y = Math.max(0, y);
-    frame.style.left = x + "px"; frame.style.top = y + "px";
-    frame.style.width = Math.max(4, x2 - x) + "px"; frame.style.height = Math.max(4, y2 - y) + "px";
-  }
-  var ovDrag = false;
-  function ovJump(e) {
-    var r = canvas.getBoundingClientRect();
-    setView(scale(), home.x + (e.clientX - r.left) / ov.k, home.y + (e.clientY - r.top) / ov.k);
-  }
-  overview.addEventListener("mousedown", function (e) { ovDrag = true; ovJump(e); e.preventDefault(); e.stopPropagation(); });
-  window.addEventListener("mousemove", function (e) { if (ovDrag) { ovJump(e); } });
-  window.addEventListener("mouseup", function () { ovDrag = false; });
 
   // ------------------------------------------------------------------ highlight and focus
   var lit = null;
@@ -241,7 +151,7 @@
     var sub = [];
     if (r.type) { sub.push(r.type); }
     if (r.values) { sub.push("= " + r.values); }
-    if (sub.length) { box.appendChild(el("div", sub.join(" "), "stats")); }
+    if (sub.length) { var t = el("div", sub.join(" "), "stats"); if (r.full) { t.title = r.full; } box.appendChild(t); }
     var w = r.weight && !r.values ? weightLine(r.weight, !!r.type) : null;
     if (w) { box.appendChild(el("div", w, "stats")); }
     return box;
@@ -315,7 +225,7 @@
       panel.appendChild(el("h3", "graph " + kind));
       var t = section("Value");
       row(t, ["name", n[kind]]);
-      if (n.type) { row(t, ["type", n.type]); }
+      if (n.type) { row(t, ["type", n.type]); if (n.full) { t.lastChild.lastChild.title = n.full; } }
       return;
     }
     var h = el("h3", n.op_type);
@@ -348,7 +258,9 @@
       var n = info[id], kind = n.input !== undefined ? "input" : "output";
       var tr = el("tr");
       tr.appendChild(el("td", kind, "k"));
-      tr.appendChild(valueCell({value: n[kind], type: n.type}));
+      var td = el("td");
+      td.appendChild(valueCell({value: n[kind], type: n.type, full: n.full}));
+      tr.appendChild(td);
       tr.setAttribute("data-node", id);
       tr.addEventListener("click", function () { focusNode(id); });
       t.appendChild(tr);
@@ -387,7 +299,7 @@
     }
   }
   svg.addEventListener("click", function (e) {
-    if (moved) { return; }
+    if (port.moved()) { return; }
     var g = e.target.closest ? e.target.closest("g.node") : null;
     if (g) { setLit(g.id); show(g.id); }
   });
@@ -475,15 +387,9 @@
     var t = e.target;
     if (e.ctrlKey || e.metaKey || e.altKey || (t && (t.tagName === "INPUT" || t.tagName === "TEXTAREA"))) { return; }
     if (e.key === "/") { e.preventDefault(); search.focus(); search.select(); }
-    else if (e.key === "f") { fit(); }
-    else if (e.key === "+" || e.key === "=") { zoomBy(1.25); }
-    else if (e.key === "-" || e.key === "_") { zoomBy(0.8); }
+    else if (port.key(e)) { return; }
     else if (e.key === "Escape") { setLit(null); if (!(data.groups || []).length) { overviewPanel(); } }
   });
-  document.getElementById("fit").addEventListener("click", fit);
-  document.getElementById("zoom-in").addEventListener("click", function () { zoomBy(1.25); });
-  document.getElementById("zoom-out").addEventListener("click", function () { zoomBy(0.8); });
-
   drawOverview();  // first: the strip's width decides the view's
   opening();
   if (!(data.groups || []).length) { overviewPanel(); }
@@ -495,7 +401,7 @@
     if (firstGroup) { firstGroup.click(); }
   }
   window.graphtool = {  // for tests and the bench: where the view is, the whole graph's box
-    view: function () { return {x: vb.x, y: vb.y, w: vb.w, h: vb.h, scale: scale()}; },
+    view: function () { var b = port.box(); return {x: b.x, y: b.y, w: b.w, h: b.h, scale: scale()}; },
     home: home, readableScale: readableScale, focus: focusNode};
   // ready: the first frame after set-up; the value is ms since navigation start (bench/page_speed.py)
   requestAnimationFrame(function () { document.body.setAttribute("data-ready", String(Math.round(performance.now()))); });

@@ -17,7 +17,7 @@ from graphtool.diff import ADDED, CHANGED, REMOVED
 from graphtool.errors import GraphtoolError, UsageError
 from graphtool.ir.graph import Graph
 from graphtool.render.labels import value_shape
-from graphtool.render.text import html_label, html_text, shape_text, xml_text
+from graphtool.render.text import html_text, shape_text, xml_text
 from graphtool.render.weights import WeightRef, weight_stats
 
 COLORS = {  # fill, border
@@ -46,23 +46,30 @@ class Picture:
     shown: int = 0
     total: int = 0
     title: str = ""
+    labelled: set[tuple[str, str]] = field(default_factory=set)  # (edge source, value) with a shape label
+    legend: list[dict[str, Any]] = field(default_factory=list)  # diff: {text, fill, border}; the page's key
 
     @property
     def source(self) -> str:
         return self.dot.source
 
-    def pipe(self, fmt: str) -> bytes:
+    def pipe(self, fmt: str, dot: graphviz.Digraph | None = None) -> bytes:
         try:
-            return self.dot.pipe(format=fmt, quiet=True)  # dot's own stderr would break our one-line promise
+            return (dot or self.dot).pipe(format=fmt, quiet=True)  # dot's own stderr would break our one-line promise
         except graphviz.ExecutableNotFound:
             raise GraphtoolError("rendering needs Graphviz's 'dot' program (apt-get install graphviz)") from None
         except graphviz.CalledProcessError as err:
             stderr = (err.stderr or b"").decode("utf-8", "replace").strip().splitlines()
             raise GraphtoolError(f"dot failed: {stderr[0] if stderr else err}") from None
 
-    def svg(self) -> str:
-        """The SVG with our hover text in each element's <title>."""
-        return set_titles(self.pipe("svg").decode("utf-8"), self.titles)
+    def svg(self, graph_label: bool = True) -> str:
+        """The SVG with our hover text in each element's <title>. ``graph_label=False`` leaves out
+        the graph's own label (a diff's legend): the HTML page shows it beside the view instead."""
+        dot = None
+        if not graph_label:
+            dot = self.dot.copy()
+            dot.attr("graph", label="")
+        return set_titles(self.pipe("svg", dot).decode("utf-8"), self.titles)
 
     def weight_stats(self) -> dict[str, dict[str, str]]:
         """Statistics of the folded weights, computed now (bounded: see ``render.weights``)."""
@@ -95,7 +102,7 @@ def set_titles(svg: str, titles: dict[str, str]) -> str:
 
 def new_dot(title_html: str) -> graphviz.Digraph:
     dot = graphviz.Digraph("graphtool", strict=False)
-    dot.attr("graph", rankdir="TB", nodesep="0.25", ranksep="0.35", fontname="Helvetica", fontsize="11",
+    dot.attr("graph", rankdir="TB", nodesep="0.25", ranksep="0.35", forcelabels="false", fontname="Helvetica", fontsize="11",
              labelloc="t", label=f"<{title_html}>" if title_html else "")
     dot.attr("node", shape="box", style="rounded,filled", fontname="Helvetica", fontsize=str(NODE_POINTS),
              margin="0.08,0.04", height="0.3")
@@ -103,8 +110,18 @@ def new_dot(title_html: str) -> graphviz.Digraph:
     return dot
 
 
-def edge_label(graph: Graph, value: str) -> dict[str, str]:
+def edge_label(picture: Picture, src: str, graph: Graph, value: str) -> dict[str, str]:
     """The shape label of an edge. An ``xlabel`` is placed after layout: a plain ``label`` becomes
-    a node of its own in dot's ranking and made a 1,500-node graph take 48 s instead of 6 s."""
+    a node of its own in dot's ranking and made a 1,500-node graph take 48 s instead of 6 s.
+    A value read by several ops is labelled once, on its first edge: the same text on every edge
+    of a fan-out stacked identical labels on each other near the source (the others' hover text
+    still says the shape)."""
     text = shape_text(value_shape(graph, value))
-    return {"xlabel": html_label(html_text(text, 32))} if text else {}
+    if not text or (src, value) in picture.labelled:
+        return {}
+    picture.labelled.add((src, value))
+    # (the graph's forcelabels=false: a label dot cannot place clear of nodes and other labels is
+    # left out rather than drawn over them.) A cell with a margin: dot keeps the label's box clear of nodes and other labels, and the
+    # browser's text box (its line height, a wider fallback font) stays inside what dot reserved
+    return {"xlabel": f'<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="2"><TR><TD>'
+                      f'{html_text(text, 32)}</TD></TR></TABLE>>'}

@@ -72,7 +72,7 @@ def test_initializers_fold_into_their_consumer_and_edges_carry_shapes():
     assert picture.shown == picture.total == 6  # 12 initializers, none drawn as a node
     assert "W 8×3×3×3" in source and "B [8]" in source
     assert "pads=[1,1,1,1]" in source
-    assert 'xlabel=<N×8×16×16>' in source  # shapes on edges (from shape inference)
+    assert '<TD>N×8×16×16</TD></TR></TABLE>>' in source and "xlabel=" in source  # shapes on edges (inferred)
     texts, _ = _svg_texts(picture.svg())
     assert "W 8×3×3×3" in texts
 
