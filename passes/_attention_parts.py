@@ -40,7 +40,13 @@ class Facts:
 # ---------------------------------------------------------------------- checks
 
 
-def check_self_attention(m: Match) -> str | None:
+def check_self_attention_ort(m: Match) -> str | None:
+    """``check_self_attention``, and v may have its own width (com.microsoft Attention's
+    ``qkv_hidden_sizes``: onnxruntime's pruned-model test, q and k [K, Hqk], v [K, Hv])."""
+    return check_self_attention(m, varied=True)
+
+
+def check_self_attention(m: Match, varied: bool = False) -> str | None:
     """Constant projections of one x: weights [K, H] (or one [K, 3H] split in thirds), biases [H]."""
     if m.get("w_qkv"):
         w, b = m.const("w_qkv"), m.const("b_qkv")
@@ -60,16 +66,16 @@ def check_self_attention(m: Match) -> str | None:
     else:
         weights = [m.const(f"w_{t}") for t in "qkv"]
         biases = [m.const(f"b_{t}") if m.get(f"b_{t}") else None for t in "qkv"]
-        if weights[0].ndim != 2 or any(w.shape != weights[0].shape for w in weights):
+        same = all(w.ndim == 2 for w in weights) and weights[0].shape == weights[1].shape
+        if not same or (weights[2].shape != weights[0].shape and not (varied and weights[2].shape[0] == weights[0].shape[0])):
             return f"the projection weights have shapes {[list(w.shape) for w in weights]}, not three equal [K, H]"
-        h = weights[0].shape[1]
-        if any(b is not None and b.shape != (h,) for b in biases):
-            return f"a projection bias is not [{h}]"
+        if any(b is not None and b.shape != (w.shape[1],) for b, w in zip(biases, weights)):
+            return "a projection bias is not as wide as its weight"
     if m.facts.shapes.dtype(m["x"]) != 1:
         return "x is not float32 (the fused kernels' type)"
     m.extra.update(weights=weights, biases=biases)
     q_in, k_in, v_in = (m.node(f"rs_{t}").inputs[0] for t in "qkv")
-    return _check_core(m, q_in, [q_in, k_in, v_in])
+    return _check_core(m, q_in, [q_in, k_in, v_in], varied=varied)
 
 
 def check_projected(m: Match) -> str | None:
@@ -80,14 +86,15 @@ def check_projected(m: Match) -> str | None:
     return _check_core(m, q_in, [q_in, m["k"], m["v"]])
 
 
-def _check_core(m: Match, q_in: str, projections: list[str]) -> str | None:
+def _check_core(m: Match, q_in: str, projections: list[str], varied: bool = False) -> str | None:
     heads = [_heads(m, m.node(f"rs_{t}"), p) for t, p in zip("qkv", projections)]
     if any(h is None for h in heads):
         t = "qkv"[[h is None for h in heads].index(True)]
         return f"the {t} head split's target is not provably [B, S, N, h] of its input"
-    if len(set(heads)) != 1:
+    if len(set(heads)) != 1 and not (varied and heads[0] == heads[1] and heads[2][0] == heads[0][0]):
         return f"q, k and v split into different heads: {heads}"
-    n, h = heads[0]
+    n, h = heads[2]  # the context has v's head size
+    m.extra["qk_head_size"] = heads[0][1]
     if m.node("kt_unflat") is not None and not _swaps_last_two(m):
         return "the k transposition through Reshape/Transpose/Reshape is not provably kᵀ"
     scale = _scale(m)
@@ -514,7 +521,8 @@ def _prove_dims(m: Match, sources: list[str], n: int, h: int) -> None:
     Transposes and scalar Muls/Divs that follow them; the context and its merge. Each dim is
     read from a value outside the match (x, or the q/k/v inputs): the projections keep [B, S]."""
     for t, proj in zip("qkv", sources):
-        m.dims[m.node(f"rs_{t}").outputs[0]] = [(proj, 0), (proj, 1), n, h]
+        size = h if t == "v" else m.extra.get("qk_head_size", h)
+        m.dims[m.node(f"rs_{t}").outputs[0]] = [(proj, 0), (proj, 1), n, size]
     for node in reversed(m.nodes):  # producers first
         pieces = m.dims.get(node.inputs[0]) if node.inputs else None
         if pieces is None:
@@ -767,12 +775,16 @@ def _finish(m: Match, rw: Rewrite, fused: str) -> str:
 
 def emit_attention(m: Match, rw: Rewrite) -> str:
     use_ms_domain(m.ctx)
-    x, hidden = m["x"], m.extra["heads"] * m.extra["head_size"]
+    x = m["x"]
+    widths = [w.shape[1] for w in m.extra["weights"]]
     weight = rw.initializer(np.concatenate(m.extra["weights"], axis=1).astype(np.float32), "qkv_weight")
-    biases = [b if b is not None else np.zeros(hidden, np.float32) for b in m.extra["biases"]]
+    biases = [b if b is not None else np.zeros(n, np.float32) for b, n in zip(m.extra["biases"], widths)]
     bias = rw.initializer(np.concatenate(biases).astype(np.float32), "qkv_bias")
     inputs = [x, weight, bias] + (["", "", _bias(m, rw, (x, 1), [(x, 1)])] if m.get("mask") else [])
-    return _finish(m, rw, rw.add("Attention", inputs, attrs=_attrs(m), domain=MS_DOMAIN).outputs[0])
+    attrs = _attrs(m)
+    if len(set(widths)) > 1:
+        attrs["qkv_hidden_sizes"] = widths
+    return _finish(m, rw, rw.add("Attention", inputs, attrs=attrs, domain=MS_DOMAIN).outputs[0])
 
 
 def emit_multi_head(m: Match, rw: Rewrite) -> str:

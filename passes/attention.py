@@ -145,7 +145,7 @@ def _cached_core() -> object:
 
 _packed = _linear("qkv")
 SELF_ATTENTION = Rule("self-attention", _core(*_qkv_sources(_packed)), parts.emit_attention,
-                      parts.check_self_attention, emits="Attention")
+                      parts.check_self_attention_ort, emits="Attention")
 PROJECTED = Rule("projected-attention", _core(Var("q", rank=3), Var("k", rank=3), Var("v", rank=3)),
                  parts.emit_multi_head, parts.check_projected, emits="MultiHeadAttention")
 UNPACKED = Rule("unpacked-attention", PROJECTED.pattern, parts.emit_multi_head, parts.check_projected,

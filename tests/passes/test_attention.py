@@ -320,3 +320,42 @@ def test_static_k_transposition_through_reshapes():
     graph.initializer[-2].CopyFrom(numpy_helper.from_array(np.array([B * N, HD, S], np.int64), "flat"))
     _, kept, _ = run(proto, ["fuse-attention-ort"])
     assert "com.microsoft:Attention" not in ops(kept)
+
+
+def varied_model(opset: int = 17) -> onnx.ModelProto:
+    """onnxruntime's pruned bert attention (bert_model_generator, pruned_qk_hidden_size=24,
+    pruned_v_hidden_size=16): q and k 2 heads of 12, v 2 heads of 8, random weights here."""
+    rng = np.random.default_rng(3)
+    f32 = np.float32
+    widths = {"q": 24, "k": 24, "v": 16}
+    inits = [numpy_helper.from_array(np.array([0, 0, 2, w // 2], np.int64), f"split_{t}") for t, w in widths.items()]
+    inits += [numpy_helper.from_array(np.array([0, 0, 16], np.int64), "merge"),
+              numpy_helper.from_array(np.array(np.sqrt(12), f32), "sqrt_d")]
+    nodes = []
+    for t, w in widths.items():
+        inits += [numpy_helper.from_array((rng.standard_normal((H, w)) * 0.3).astype(f32), f"W{t}"),
+                  numpy_helper.from_array((rng.standard_normal(w) * 0.1).astype(f32), f"b{t}")]
+        nodes += [helper.make_node("MatMul", ["x", f"W{t}"], [f"{t}_mm"]),
+                  helper.make_node("Add", [f"{t}_mm", f"b{t}"], [t]),
+                  helper.make_node("Reshape", [t, f"split_{t}"], [f"{t}4"]),
+                  helper.make_node("Transpose", [f"{t}4"], [f"{t}t"], perm=[0, 2, 3, 1] if t == "k" else [0, 2, 1, 3])]
+    nodes += [helper.make_node("MatMul", ["qt", "kt"], ["scores"]), helper.make_node("Div", ["scores", "sqrt_d"], ["sc"]),
+              helper.make_node("Softmax", ["sc"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "vt"], ["ctx"]),
+              helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ctx_t", "merge"], ["y"])]
+    graph = helper.make_graph(nodes, "varied", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", H])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 16])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_v_narrower_than_q_and_k_uses_qkv_hidden_sizes():
+    proto = varied_model()
+    original, fused, _ = run(proto, ["fuse-attention-ort", "dead-code-elimination"])
+    assert ops(fused) == {"com.microsoft:Attention": 1}
+    node = fused.graph.nodes("Attention")[0]
+    assert list(node.attr("qkv_hidden_sizes")) == [24, 24, 16] and node.attr("num_heads") == 2
+    assert node.attr("scale") == pytest.approx(1 / np.sqrt(12))
+    assert_same_outputs(original, fused, feeds(proto))
+    # ONNX Attention (opset 23) has no such attribute: left alone there
+    _, kept, _ = run(varied_model(opset=23), ["fuse-attention"])
+    assert "Attention" not in ops(kept)
