@@ -88,7 +88,7 @@ def _run(tool: str, src: str, out: str, level: int, target: str) -> None:
         start, cpu_start = time.perf_counter(), time.process_time()
         model, _, _ = optimize(io.load(src), level=level, target=target, in_place=True)
         io.save(model, out)
-    elif tool.startswith("ort-") and tool != "ort-transformers":
+    elif tool.startswith("ort-") and not tool.startswith("ort-transformers"):
         import onnxruntime as ort
 
         from graphtool.runtime import make_session, session_options
@@ -137,7 +137,7 @@ def _run(tool: str, src: str, out: str, level: int, target: str) -> None:
 
             fused, _ = optimize_for_ort(ir.from_proto(optimizer.optimize(onnx.load(src))))
             onnx.save(ir.to_proto(fused), out)
-    elif tool == "ort-transformers":
+    elif tool.startswith("ort-transformers"):  # "ort-transformers:qwen3" names its model_type
         import logging
 
         from onnxruntime.transformers.optimizer import optimize_model
@@ -150,7 +150,8 @@ def _run(tool: str, src: str, out: str, level: int, target: str) -> None:
         # steps because its own ORT step imports torch (for a CUDA version check) and torch is absent.
         basic = out + ".basic.onnx"
         make_session(src, "basic", optimized_path=basic)
-        optimize_model(basic, model_type=transformer_type(src), opt_level=0).save_model_to_file(
+        kind = tool.split(":", 1)[1] if ":" in tool else transformer_type(src)
+        optimize_model(basic, model_type=kind, opt_level=0).save_model_to_file(
             out, use_external_data_format=external)
     else:
         raise SystemExit(f"unknown tool {tool}")

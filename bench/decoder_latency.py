@@ -1,0 +1,263 @@
+"""Decoder latency: graphtool tune's result against the original at every onnxruntime level and
+the peers' outputs, on a prefill and a decode step (issue 33, must-show 3).
+
+    python bench/decoder_latency.py [--folder /work/cache/decoder_latency] [--models llama_torchscript,...]
+        [--budget 240] [--rounds 40] [--json OUT]
+
+Models: bench/decoder_latency_models.py's Llama, Qwen2, Qwen3 and Mistral with grouped KV heads
+(random weights, hidden 512, 6 layers; both torch exporters), under /work/cache, never committed.
+Inputs: graphtool.verify.find_step_inputs, the builder ``tune`` times on — a prefill of 64 tokens
+over an empty cache and a decode step of one token over 64 cached ones, batch 1.
+
+Candidates, each in its own session at one intra-op thread:
+
+* the original at ORT basic, extended and all;
+* onnxruntime's transformers optimizer output (``optimize_model`` after ORT basic, as
+  bench/peers.py runs it) with model_type gpt2 — it has no llama/mistral/qwen2 type — and qwen3
+  for Qwen3, at ORT all;
+* onnxscript's ``optimize_for_ort`` output at ORT all;
+* graphtool ``--level 2 --target ort`` at ORT all;
+* ``graphtool tune --threads 1 --prefill 64 --past 64`` (ranked by the decode step): its model
+  with the settings it wrote to OUT.session.json.
+
+Every candidate's outputs are checked against the original's on both steps before timing (a
+candidate that differs is shown and never counted as the fastest other). Then ONE interleaved run:
+each round runs every candidate (order rotated round by round) on the prefill and then the decode
+step, each ``session.run`` timed in CPU time (``time.process_time``: one thread, so other
+processes' load stays out). Each candidate runs in ``--sessions`` sessions (default 2), pooled: a
+session keeps an offset of its own for its life that rounds cannot average out. A row is one model and one step: medians, each candidate's ratio to
+the fastest other candidate, and the paired-bootstrap confidence (graphtool.tune.confidence over
+the rounds) that tune's result is faster than it. Where tune's result is slower than the fastest
+other, both are profiled (``SessionOptions.enable_profiling``) on that step and the row names the
+op types whose kernels account for the gap, with their measured milliseconds per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+
+import numpy as np
+import onnxruntime as ort
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import measure  # noqa: E402
+
+from graphtool import io  # noqa: E402
+from graphtool.tune import confidence  # noqa: E402
+from graphtool.verify import find_step_inputs  # noqa: E402
+
+LEVELS = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+          "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+          "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+TUNED = "graphtool tune"
+TOLERANCE = 1e-3
+
+
+def session(path: str, level: str, disabled: list[str] | None = None, profile: str | None = None) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = LEVELS[level]
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    if profile:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = profile
+    kwargs = {"disabled_optimizers": disabled} if disabled else {}
+    return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"], **kwargs)
+
+
+def run(sess: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    names = {i.name for i in sess.get_inputs()}
+    return sess.run(None, {k: v for k, v in feeds.items() if k in names})
+
+
+def diff(want: list[np.ndarray], got: list[np.ndarray]) -> float:
+    return max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)))) / max(1.0, float(np.max(np.abs(a))))
+               if np.size(a) else 0.0 for a, b in zip(want, got))
+
+
+def tune(path: str, out: str, budget: float, prefill: int, past: int) -> dict:
+    """``graphtool tune`` as a user runs it (a process of its own), one thread; its --json report."""
+    cmd = [sys.executable, "-m", "graphtool", "tune", path, "-o", out, "--threads", "1", "--budget", str(budget),
+           "--prefill", str(prefill), "--past", str(past), "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"tune failed: {proc.stderr.strip()[-300:]}")
+    return json.loads(proc.stdout)
+
+
+def build(name: str, path: str, family: str, work: str, budget: float, prefill: int, past: int) -> tuple[list, dict]:
+    """(candidates as (label, path, level, disabled), notes) for one model."""
+    cands = [(f"original ORT {lvl}", path, lvl, None) for lvl in ("basic", "extended", "all")]
+    notes: dict = {}
+    peers = [("ort-transformers:gpt2", "ORT transformers (gpt2)")]
+    if family == "qwen3":
+        peers.append(("ort-transformers:qwen3", "ORT transformers (qwen3)"))
+    peers += [("onnxscript-ort", "onnxscript optimize_for_ort"), ("graphtool", "graphtool L2 ort")]
+    for tool, label in peers:
+        out = os.path.join(work, f"{name}.{tool.replace(':', '_')}.onnx")
+        got = measure(tool, path, out, level=2, target="ort", timeout=1800)
+        if "error" in got:
+            notes[label] = f"error: {got['error']}"
+            continue
+        notes[label] = f"{got['nodes']} nodes, {got['seconds']:.1f} s"
+        cands.append((label + " @ ORT all", out, "all", None))
+    out = os.path.join(work, f"{name}.tuned.onnx")
+    start = time.perf_counter()
+    report = tune(path, out, budget, prefill, past)
+    with open(out + ".tune.json", "w") as handle:  # tune's whole report, for the reader of the table
+        json.dump(report, handle, indent=1)
+    settings = json.load(open(out + ".session.json"))
+    notes[TUNED] = {"winner": report["winner"]["label"], "seconds": round(time.perf_counter() - start, 1),
+                    "verification": report["verification"], "decoder": report["decoder"],
+                    "findings": report["findings"][:4]}
+    cands.append((f"{TUNED} ({report['winner']['label']})", out, settings["graph_optimization_level"],
+                  settings.get("disabled_optimizers") or None))
+    return cands, notes
+
+
+def _kernel_ms(trace_path: str, runs: int) -> dict[str, float]:
+    """Op type → kernel milliseconds per run, from an onnxruntime profile of ``runs`` runs."""
+    by_op: dict[str, float] = defaultdict(float)
+    for ev in json.load(open(trace_path)):
+        if ev.get("cat") == "Node" and ev.get("name", "").endswith("_kernel_time"):
+            by_op[ev["args"].get("op_name", "?")] += ev["dur"] / 1000
+    return {op: ms / runs for op, ms in by_op.items()}
+
+
+def blame(tuned: tuple, other: tuple, feeds: dict, work: str, runs: int = 20) -> str:
+    """The op types whose kernel time makes ``tuned`` slower than ``other`` on ``feeds``, measured by
+    onnxruntime's profiler in two sessions run alternately (its durations are wall time: the
+    machine's load falls on both alike)."""
+    a = session(tuned[1], tuned[2], tuned[3], profile=os.path.join(work, "profile_tuned"))
+    b = session(other[1], other[2], other[3], profile=os.path.join(work, "profile_other"))
+    for _ in range(runs):
+        run(a, feeds)
+        run(b, feeds)
+    mine, theirs = _kernel_ms(a.end_profiling(), runs), _kernel_ms(b.end_profiling(), runs)
+    gaps = sorted(((mine.get(op, 0.0) - theirs.get(op, 0.0), op) for op in set(mine) | set(theirs)), reverse=True)
+    worse = [f"{op} {mine.get(op, 0):.2f} vs {theirs.get(op, 0):.2f} ms" for gap, op in gaps[:3] if gap > 0.005]
+    total = sum(mine.values()) - sum(theirs.values())
+    return (f"profiled kernels {sum(mine.values()):.2f} vs {sum(theirs.values()):.2f} ms/run ({total:+.2f}); "
+            "slower: " + ("; ".join(worse) if worse else "no op type"))
+
+
+def bench_model(name: str, entry: dict, folder: str, args: argparse.Namespace, work: str) -> dict:
+    path = os.path.join(folder, entry["file"])
+    steps = find_step_inputs(io.load(path), path, args.prefill, args.past)
+    assert steps is not None, f"{name}: no KV cache found"
+    feeds = {k: s.feeds for k, s in steps.steps.items()}
+    cands, notes = build(name, path, entry["family"], work, args.budget, args.prefill, args.past)
+    print(f"{name}: built {len(cands)} candidates; tune chose {notes[TUNED]['winner']}", file=sys.stderr, flush=True)
+    sessions, checks = [], {}
+    ref = session(path, "basic")
+    want = {k: run(ref, f) for k, f in feeds.items()}
+    del ref
+    for copy in range(args.sessions):  # opened alternately, so no candidate always gets the memory first
+        for cand in cands:
+            sess = session(cand[1], cand[2], cand[3])
+            if copy == 0:
+                worst = max(diff(want[k], run(sess, f)) for k, f in feeds.items())
+                checks[cand[0]] = "ok" if worst <= TOLERANCE else f"DIFFERS {worst:.1e}"
+            for _ in range(2):
+                for f in feeds.values():
+                    run(sess, f)
+            sessions.append((cand, sess))
+    times: dict[str, dict[str, list[float]]] = {c[0]: {k: [] for k in feeds} for c in cands}
+    for r in range(args.rounds):
+        order = sessions[r % len(sessions):] + sessions[:r % len(sessions)]
+        for cand, sess in order:
+            for step, f in feeds.items():
+                names = {i.name for i in sess.get_inputs()}
+                one = {k: v for k, v in f.items() if k in names}
+                start = time.process_time()
+                sess.run(None, one)
+                times[cand[0]][step].append(time.process_time() - start)
+    del sessions
+    rows = []
+    tuned = next(c for c in cands if c[0].startswith(TUNED))
+    for step in feeds:
+        med = {c[0]: statistics.median(times[c[0]][step]) for c in cands}
+        others = [c for c in cands if c is not tuned and checks[c[0]] == "ok"]
+        best = min(others, key=lambda c: med[c[0]])
+        ratio = med[tuned[0]] / med[best[0]]
+        conf = confidence(times[tuned[0]][step], times[best[0]][step])
+        row = {"model": name, "step": step, "shapes": steps.steps[step].shapes, "ms": {k: v * 1000 for k, v in med.items()},
+               "fastest_other": best[0], "tuned": tuned[0], "ratio": ratio, "confidence_tuned_faster": conf,
+               "holds": ratio <= 1.0}
+        if ratio > 1.0:
+            row["kernel"] = blame(tuned, best, feeds[step], work)
+        rows.append(row)
+    return {"model": name, "candidates": [c[0] for c in cands], "checks": checks, "notes": notes, "rows": rows}
+
+
+def short(label: str) -> str:
+    return label.replace(" @ ORT all", "").replace("onnxscript optimize_for_ort", "onnxscript ort")
+
+
+def table(results: list[dict]) -> str:
+    lines = []
+    for res in results:
+        cands = res["candidates"]
+        lines.append(f"### {res['model']}")
+        lines.append("")
+        lines.append("| step | " + " | ".join(short(c) for c in cands) + " | fastest other | tuned / fastest other | conf. tuned faster | holds |")
+        lines.append("|" + "---|" * (len(cands) + 5))
+        for row in res["rows"]:
+            best = row["ms"][row["fastest_other"]]
+            cells = [f"{row['ms'][c]:.2f} ({row['ms'][c] / best:.2f}x)" + ("" if res["checks"][c] == "ok" else " ✗")
+                     for c in cands]
+            verdict = "yes" if row["holds"] else f"no: {row.get('kernel', '')}"
+            lines.append(f"| {row['step']} | " + " | ".join(cells) + f" | {short(row['fastest_other'])} | "
+                         f"{row['ratio']:.3f} | {row['confidence_tuned_faster']:.0%} | {verdict} |")
+        lines.append("")
+        lines.append("outputs: " + ", ".join(f"{short(k)} {v}" for k, v in res["checks"].items()))
+        lines.append(f"tune: {res['notes'][TUNED]['winner']} in {res['notes'][TUNED]['seconds']} s; "
+                     f"verification: {res['notes'][TUNED]['verification']}")
+        lines.append("")
+    rows = [r for res in results for r in res["rows"]]
+    lines.append(f"tuned ≤ the fastest other: {sum(r['holds'] for r in rows)}/{len(rows)} rows "
+                 "(ms: CPU-time median per session.run at 1 thread; (x): ratio to the fastest other candidate)")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--folder", default="/work/cache/decoder_latency")
+    ap.add_argument("--models", default="llama_torchscript,qwen3_torchscript,mistral_torchscript")
+    ap.add_argument("--budget", type=float, default=600.0)
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--sessions", type=int, default=2, help="sessions per candidate, pooled: a session keeps "
+                    "an offset of its own for its life (graphtool.tune.race.confirm), rounds cannot average it out")
+    ap.add_argument("--prefill", type=int, default=64)
+    ap.add_argument("--past", type=int, default=64)
+    ap.add_argument("--json")
+    ap.add_argument("--work", help="keep the candidates' files here (default: a temporary folder)")
+    args = ap.parse_args()
+    manifest = json.load(open(os.path.join(args.folder, "manifest.json")))["models"]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="decoder-latency-") as tmp:
+        work = args.work or tmp
+        os.makedirs(work, exist_ok=True)
+        for name in args.models.split(","):
+            entry = manifest.get(name)
+            if not entry or not entry.get("ok"):
+                print(f"{name}: not in the manifest or its export failed", file=sys.stderr)
+                continue
+            results.append(bench_model(name, entry, args.folder, args, work))
+            if args.json:
+                with open(args.json, "w") as handle:
+                    json.dump(results, handle, indent=1)
+            print(table(results[-1:]), flush=True)
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
