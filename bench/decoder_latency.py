@@ -93,8 +93,10 @@ def tune(path: str, out: str, budget: float, prefill: int, past: int) -> dict:
     return json.loads(proc.stdout)
 
 
-def build(name: str, path: str, family: str, work: str, budget: float, prefill: int, past: int) -> tuple[list, dict]:
-    """(candidates as (label, path, level, disabled), notes) for one model."""
+def build(name: str, path: str, family: str, work: str, budget: float, prefill: int, past: int,
+          reuse: bool = False) -> tuple[list, dict]:
+    """(candidates as (label, path, level, disabled), notes) for one model; ``reuse``: the files an
+    earlier run left in ``work`` (the peers' outputs, tune's model, settings and report) are taken."""
     cands = [(f"original ORT {lvl}", path, lvl, None) for lvl in ("basic", "extended", "all")]
     notes: dict = {}
     peers = [("ort-transformers:gpt2", "ORT transformers (gpt2)")]
@@ -103,7 +105,11 @@ def build(name: str, path: str, family: str, work: str, budget: float, prefill: 
     peers += [("onnxscript-ort", "onnxscript optimize_for_ort"), ("graphtool", "graphtool L2 ort")]
     for tool, label in peers:
         out = os.path.join(work, f"{name}.{tool.replace(':', '_')}.onnx")
-        got = measure(tool, path, out, level=2, target="ort", timeout=1800)
+        if reuse and os.path.exists(out):
+            import onnx
+            got = {"nodes": len(onnx.load(out, load_external_data=False).graph.node), "seconds": float("nan")}
+        else:
+            got = measure(tool, path, out, level=2, target="ort", timeout=1800)
         if "error" in got:
             notes[label] = f"error: {got['error']}"
             continue
@@ -111,9 +117,13 @@ def build(name: str, path: str, family: str, work: str, budget: float, prefill: 
         cands.append((label + " @ ORT all", out, "all", None))
     out = os.path.join(work, f"{name}.tuned.onnx")
     start = time.perf_counter()
-    report = tune(path, out, budget, prefill, past)
-    with open(out + ".tune.json", "w") as handle:  # tune's whole report, for the reader of the table
-        json.dump(report, handle, indent=1)
+    if reuse and os.path.exists(out + ".tune.json"):
+        report = json.load(open(out + ".tune.json"))
+        start -= report["seconds"]
+    else:
+        report = tune(path, out, budget, prefill, past)
+        with open(out + ".tune.json", "w") as handle:  # tune's whole report, for the reader of the table
+            json.dump(report, handle, indent=1)
     settings = json.load(open(out + ".session.json"))
     notes[TUNED] = {"winner": report["winner"]["label"], "seconds": round(time.perf_counter() - start, 1),
                     "verification": report["verification"], "decoder": report["decoder"],
@@ -123,13 +133,18 @@ def build(name: str, path: str, family: str, work: str, budget: float, prefill: 
     return cands, notes
 
 
-def _kernel_ms(trace_path: str, runs: int) -> dict[str, float]:
-    """Op type → kernel milliseconds per run, from an onnxruntime profile of ``runs`` runs."""
-    by_op: dict[str, float] = defaultdict(float)
+def _kernel_ms(trace_path: str) -> dict[str, float]:
+    """Op type → kernel milliseconds per run, from an onnxruntime profile: each node's median over
+    the runs (the profiler's durations are wall time: a kernel the scheduler preempted once would
+    otherwise carry the other process's time), summed by op type."""
+    per_node: dict[tuple[str, str], list[float]] = defaultdict(list)
     for ev in json.load(open(trace_path)):
         if ev.get("cat") == "Node" and ev.get("name", "").endswith("_kernel_time"):
-            by_op[ev["args"].get("op_name", "?")] += ev["dur"] / 1000
-    return {op: ms / runs for op, ms in by_op.items()}
+            per_node[(ev["args"].get("op_name", "?"), ev["name"])].append(ev["dur"] / 1000)
+    by_op: dict[str, float] = defaultdict(float)
+    for (op, _name), durs in per_node.items():
+        by_op[op] += statistics.median(durs)
+    return dict(by_op)
 
 
 def blame(tuned: tuple, other: tuple, feeds: dict, work: str, runs: int = 20) -> str:
@@ -141,12 +156,12 @@ def blame(tuned: tuple, other: tuple, feeds: dict, work: str, runs: int = 20) ->
     for _ in range(runs):
         run(a, feeds)
         run(b, feeds)
-    mine, theirs = _kernel_ms(a.end_profiling(), runs), _kernel_ms(b.end_profiling(), runs)
+    mine, theirs = _kernel_ms(a.end_profiling()), _kernel_ms(b.end_profiling())
     gaps = sorted(((mine.get(op, 0.0) - theirs.get(op, 0.0), op) for op in set(mine) | set(theirs)), reverse=True)
     worse = [f"{op} {mine.get(op, 0):.2f} vs {theirs.get(op, 0):.2f} ms" for gap, op in gaps[:3] if gap > 0.005]
     total = sum(mine.values()) - sum(theirs.values())
-    return (f"profiled kernels {sum(mine.values()):.2f} vs {sum(theirs.values()):.2f} ms/run ({total:+.2f}); "
-            "slower: " + ("; ".join(worse) if worse else "no op type"))
+    return (f"profiled kernels (per-node medians) {sum(mine.values()):.2f} vs {sum(theirs.values()):.2f} ms/run "
+            f"({total:+.2f}); slower: " + ("; ".join(worse) if worse else "no op type"))
 
 
 def bench_model(name: str, entry: dict, folder: str, args: argparse.Namespace, work: str) -> dict:
@@ -154,7 +169,7 @@ def bench_model(name: str, entry: dict, folder: str, args: argparse.Namespace, w
     steps = find_step_inputs(io.load(path), path, args.prefill, args.past)
     assert steps is not None, f"{name}: no KV cache found"
     feeds = {k: s.feeds for k, s in steps.steps.items()}
-    cands, notes = build(name, path, entry["family"], work, args.budget, args.prefill, args.past)
+    cands, notes = build(name, path, entry["family"], work, args.budget, args.prefill, args.past, args.reuse)
     print(f"{name}: built {len(cands)} candidates; tune chose {notes[TUNED]['winner']}", file=sys.stderr, flush=True)
     sessions, checks = [], {}
     ref = session(path, "basic")
@@ -169,17 +184,20 @@ def bench_model(name: str, entry: dict, folder: str, args: argparse.Namespace, w
             for _ in range(2):
                 for f in feeds.values():
                     run(sess, f)
-            sessions.append((cand, sess))
+            sessions.append((cand, sess, copy))
     times: dict[str, dict[str, list[float]]] = {c[0]: {k: [] for k in feeds} for c in cands}
+    per_session: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in range(args.rounds):
         order = sessions[r % len(sessions):] + sessions[:r % len(sessions)]
-        for cand, sess in order:
+        for cand, sess, copy in order:
             for step, f in feeds.items():
                 names = {i.name for i in sess.get_inputs()}
                 one = {k: v for k, v in f.items() if k in names}
                 start = time.process_time()
                 sess.run(None, one)
-                times[cand[0]][step].append(time.process_time() - start)
+                took = time.process_time() - start
+                times[cand[0]][step].append(took)
+                per_session[(cand[0], copy)][step].append(took)
     del sessions
     rows = []
     tuned = next(c for c in cands if c[0].startswith(TUNED))
@@ -189,13 +207,32 @@ def bench_model(name: str, entry: dict, folder: str, args: argparse.Namespace, w
         best = min(others, key=lambda c: med[c[0]])
         ratio = med[tuned[0]] / med[best[0]]
         conf = confidence(times[tuned[0]][step], times[best[0]][step])
+        # max / min - 1 of one candidate's session medians: how far sessions of one file and settings sit apart
+        gaps = {c[0]: (lambda ms: max(ms) / min(ms) - 1)([statistics.median(per_session[(c[0], i)][step])
+                                                          for i in range(args.sessions)]) for c in cands}
         row = {"model": name, "step": step, "shapes": steps.steps[step].shapes, "ms": {k: v * 1000 for k, v in med.items()},
+               "session_gap": gaps,
                "fastest_other": best[0], "tuned": tuned[0], "ratio": ratio, "confidence_tuned_faster": conf,
                "holds": ratio <= 1.0}
         if ratio > 1.0:
-            row["kernel"] = blame(tuned, best, feeds[step], work)
+            row["kernel"] = blame(tuned, best, feeds[step], work, runs=args.profile_runs)
         rows.append(row)
-    return {"model": name, "candidates": [c[0] for c in cands], "checks": checks, "notes": notes, "rows": rows}
+    return {"model": name, "candidates": [c[0] for c in cands], "checks": checks, "notes": notes, "rows": rows,
+            "files": {c[0]: list(c[1:]) for c in cands}}
+
+
+def reblame(results: list[dict], args: argparse.Namespace, work: str) -> None:
+    """Profile again the rows where tune's result lost (``--reblame``: a finished --json run)."""
+    manifest = json.load(open(os.path.join(args.folder, "manifest.json")))["models"]
+    for res in results:
+        path = os.path.join(args.folder, manifest[res["model"]]["file"])
+        steps = find_step_inputs(io.load(path), path, args.prefill, args.past)
+        files = res["files"]
+        for row in res["rows"]:
+            if not row["holds"]:
+                tuned = (row["tuned"], *files[row["tuned"]])
+                best = (row["fastest_other"], *files[row["fastest_other"]])
+                row["kernel"] = blame(tuned, best, steps.steps[row["step"]].feeds, work, runs=args.profile_runs)
 
 
 def short(label: str) -> str:
@@ -217,6 +254,9 @@ def table(results: list[dict]) -> str:
             verdict = "yes" if row["holds"] else f"no: {row.get('kernel', '')}"
             lines.append(f"| {row['step']} | " + " | ".join(cells) + f" | {short(row['fastest_other'])} | "
                          f"{row['ratio']:.3f} | {row['confidence_tuned_faster']:.0%} | {verdict} |")
+            if "session_gap" in row:
+                lines.append(f"| {row['step']}: sessions apart | " + " | ".join(
+                    f"{row['session_gap'][c]:.0%}" for c in cands) + " | | | | |")
         lines.append("")
         lines.append("outputs: " + ", ".join(f"{short(k)} {v}" for k, v in res["checks"].items()))
         lines.append(f"tune: {res['notes'][TUNED]['winner']} in {res['notes'][TUNED]['seconds']} s; "
@@ -224,7 +264,9 @@ def table(results: list[dict]) -> str:
         lines.append("")
     rows = [r for res in results for r in res["rows"]]
     lines.append(f"tuned ≤ the fastest other: {sum(r['holds'] for r in rows)}/{len(rows)} rows "
-                 "(ms: CPU-time median per session.run at 1 thread; (x): ratio to the fastest other candidate)")
+                 "(ms: CPU-time median per session.run at 1 thread, over every session of the candidate; (x): ratio to "
+                 "the fastest other candidate; conf. tuned faster: paired bootstrap over the rounds, blind to session "
+                 "offsets; sessions apart: max / min - 1 of the candidate's session medians)")
     return "\n".join(lines)
 
 
@@ -239,8 +281,18 @@ def main() -> None:
     ap.add_argument("--prefill", type=int, default=64)
     ap.add_argument("--past", type=int, default=64)
     ap.add_argument("--json")
+    ap.add_argument("--reblame", action="store_true", help="profile again the lost rows of the --json run")
+    ap.add_argument("--profile-runs", type=int, default=30)
     ap.add_argument("--work", help="keep the candidates' files here (default: a temporary folder)")
+    ap.add_argument("--reuse", action="store_true", help="take the peers' outputs and tune's result an earlier "
+                    "run left in --work (time again without building again)")
     args = ap.parse_args()
+    if args.reblame:
+        results = json.load(open(args.json))
+        reblame(results, args, args.work or tempfile.mkdtemp(prefix="decoder-latency-"))
+        json.dump(results, open(args.json, "w"), indent=1)
+        print(table(results))
+        return
     manifest = json.load(open(os.path.join(args.folder, "manifest.json")))["models"]
     results = []
     with tempfile.TemporaryDirectory(prefix="decoder-latency-") as tmp:
