@@ -24,11 +24,17 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from graphtool.passes._fuse_common import is_op, only_feeds
+from graphtool.passes._ort_common import (
+    MS_DOMAIN,
+    Dims,
+    Shapes,
+    contrib_allowed,
+    float_scalar,
+)
 
 from graphtool.ir.graph import Graph, Node
 from graphtool.pass_manager import Pass, PassContext, PassResult, register
-from graphtool.passes._ort_common import MS_DOMAIN, Dims, Shapes, contrib_allowed, float_scalar
-from graphtool.passes._fuse_common import is_op, only_feeds
 
 
 def _plain(mha: Node) -> bool:
