@@ -145,7 +145,10 @@ def page(picture: Picture, heading: str | None = None) -> str:
 def layered_page(data: dict[str, Any], notes: list[str] | None = None) -> str:
     """The layered page (``render.layers``): a model of any size, folded into layers that open
     on click and are laid out in the page when first shown; search over every op and value."""
-    script, style = _asset("layers.js"), _asset("page.css")
+    # one script in one scope: the shared view, then the model, the layout, the drawing (by job)
+    script = (_asset("viewport.js") + '(function () {\n  "use strict";\n' + _asset("layers_model.js")
+              + _asset("layers_layout.js") + _asset("layers.js") + "})();\n")
+    style = _asset("page.css")
     title = data.get("title") or "graphtool"
     csp = f"default-src 'none'; script-src '{_csp_hash(script)}'; style-src 'unsafe-inline'; img-src data:"
     note = " · ".join(notes or [])

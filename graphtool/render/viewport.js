@@ -11,7 +11,8 @@ var graphtoolViewport = function (opts) {
   var vt = {x: 0, y: 0, s: 1}, ov = {k: 1, w: 0, h: 0};
   var minScale = opts.minScale || function () { return 0.02; }, maxScale = opts.maxScale || 8;
   function size() { return {w: view.clientWidth || 1, h: view.clientHeight || 1}; }
-  function apply() { opts.show(vt, size()); drawFrame(); }
+  var shown = null;  // the view's size when last shown: a resize keeps the centre of what was seen
+  function apply() { shown = size(); opts.show(vt, shown); drawFrame(); }
   function within(c, half, lo, len, pad) {
     // keep the picture on screen: no more than ``pad`` of empty space past its edges
     if (2 * half >= len + 2 * pad) { return lo + len / 2; }
@@ -31,7 +32,7 @@ var graphtoolViewport = function (opts) {
     var w = opts.world();
     setView(Math.min(fitScale(), most || 1.5), w.x + w.w / 2, w.y + w.h / 2);
   }
-  function center() { var z = size(); return {x: vt.x + z.w / 2 / vt.s, y: vt.y + z.h / 2 / vt.s}; }
+  function center() { var z = shown || size(); return {x: vt.x + z.w / 2 / vt.s, y: vt.y + z.h / 2 / vt.s}; }
   function zoomBy(k) { var c = center(); setView(vt.s * k, c.x, c.y); }
   function box() { var z = size(); return {x: vt.x, y: vt.y, w: z.w / vt.s, h: z.h / vt.s}; }
   function moveBy(dx, dy) { vt.x += dx; vt.y += dy; apply(); }

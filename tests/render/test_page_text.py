@@ -75,9 +75,10 @@ def test_edge_labels_never_overlap(browser, tmp_path_factory, path):
     node's box. dot leaves out a label it cannot place clear (``forcelabels=false``; the edge's
     hover text still says the shape): at most 10% of them (measured: 13 of 238 on inception_v1's
     concat fan-ins, 1 on gpt2_dynamo, vit_dynamo and squeezenet, none on the other 11; with dot's
-    default it placed one on squeezenet's Conv instead). Before: 3 overlapping pairs on bert_ts, 6 on squeezenet and densenet121 (a value read
-    by several ops carried the same label on each edge, stacked near the source) and labels
-    touching boxes by a pixel (the browser's line box is taller than dot's)."""
+    default it placed one on squeezenet's Conv instead). Before (main at 353087d, the same
+    measure): 7 intersecting pairs (6 on squeezenet: a value read by several ops had its label on
+    every edge, stacked near the source) and 69 labels on a box (59 on densenet121, by a pixel:
+    the browser's line box is taller than what dot reserved)."""
     picture = model_picture(infer_shapes(io.load(path)))
     page = open_page(browser, _write(tmp_path_factory, os.path.basename(path) + ".html", picture.render("html")))
     found = page.evaluate(LABEL_BOXES)
