@@ -13,6 +13,7 @@ from graphtool.cli.output import echo
 from graphtool.diff import diff, format_diff, summarize
 from graphtool.errors import UsageError
 from graphtool.ir.from_onnx import gc_paused_if_big
+from graphtool.render.dot import DEFAULT_MAX_NODES
 
 FORMATS = ("text", "json", "dot", "svg", "html")
 _BY_EXTENSION = {".txt": "text", ".json": "json", ".dot": "dot", ".gv": "dot", ".svg": "svg", ".html": "html", ".htm": "html"}
@@ -70,10 +71,13 @@ def write_output(data: bytes, output: str | None) -> None:
 @click.option("--all-attrs", is_flag=True,
               help="Picture: show every attribute in the boxes, also those equal to their schema default.")
 @click.option("--names", is_flag=True, help="Picture: show each node's name in its box.")
+@click.option("--max-nodes", type=click.IntRange(1, None), default=DEFAULT_MAX_NODES, show_default=True,
+              help="Picture: draw at most this many boxes (the first changes in graph order, with their "
+                   "context); graphviz takes minutes past a few thousand.")
 @click.pass_context
 def diff_command(ctx: click.Context, a_path: str, b_path: str, fmt: str | None, as_json: bool,
                  output: str | None, context: int, show_all: bool, all_attrs: bool,
-                 names: bool) -> None:
+                 names: bool, max_nodes: int) -> None:
     """Compare two models node by node: what was added, removed or changed (attributes, inputs,
     op type, initializer values), plus graph-level changes (inputs, outputs, opsets, IR version,
     metadata). Nodes are matched by structure first, so renamed or reordered copies compare equal.
@@ -110,7 +114,7 @@ def diff_command(ctx: click.Context, a_path: str, b_path: str, fmt: str | None, 
         else:
             from graphtool.render.dot import diff_picture
 
-            picture = diff_picture(result, context, all_attrs=all_attrs, names=names)
+            picture = diff_picture(result, context, all_attrs=all_attrs, names=names, max_nodes=max_nodes)
             picture.title = f"{os.path.basename(a_path)} → {os.path.basename(b_path)}: {picture.title}"
             data = picture.render(fmt)
     write_output(data, output)

@@ -25,9 +25,13 @@ from graphtool.render.text import cut, html_label, html_text, shape_text, small
 class DiffView:
     """One merged graph per graph pair: B's nodes plus A's removed ones, coloured by change."""
 
-    def __init__(self, result: DiffResult, context: int, box: Box = Box()):
+    def __init__(self, result: DiffResult, context: int, box: Box = Box(), max_nodes: int | None = None):
         self.result = result
         self.context = context
+        # graphviz lays out a few thousand boxes in seconds and 70k in hours: past ``max_nodes``
+        # the first changes in graph order are drawn (with their context) and a note says so
+        self.budget = max_nodes
+        self.changes_shown = 0
         self.picture = Picture(new_dot(""))
         weights = self.picture.weights
         # Constant ops fold into their readers as in viz: a Constant → initializer move is not a
@@ -72,6 +76,10 @@ class DiffView:
         pic.title = (f"{counts[REMOVED]} removed, {counts[ADDED]} added, {counts[CHANGED]} changed, "
                      f"{counts['unchanged']} unchanged")
         note = f"showing {pic.shown} of {pic.total} nodes ({self.context} hop{'s' if self.context != 1 else ''} of context)"
+        changes = sum(len(gd.nodes) for gd in result.graphs)
+        if self.changes_shown < changes:
+            note += (f"; the first {self.changes_shown} of {changes} changed nodes in graph order "
+                     f"(--max-nodes {self.budget}; the text or --json report lists every change)")
         pic.notes.append(note)
         pic.dot.attr("graph", label=f'<{self.legend}<TR><TD COLSPAN="4">{small(html_text(note, 120))}</TD></TR></TABLE>>')
         return pic
@@ -106,9 +114,13 @@ class DiffView:
             adjacent.setdefault(src, set()).add(dst)
             adjacent.setdefault(dst, set()).add(src)
         focus = [k for k in status if k not in folded]
+        left = None if self.budget is None else max(self.budget - self.picture.shown, 0)
+        if left is not None:
+            focus = focus[:left]
+        self.changes_shown += len(focus) + sum(1 for k in status if k in folded)
         seen = {k: 0 for k in focus}
         queue = deque(focus)
-        while queue:
+        while queue and (left is None or len(seen) < left):
             key = queue.popleft()
             if seen[key] >= self.context:
                 continue
@@ -116,6 +128,8 @@ class DiffView:
                 if other not in seen and other[:1] == "d":
                     seen[other] = seen[key] + 1
                     queue.append(other)
+                    if left is not None and len(seen) >= left:
+                        break
         target = pic.dot
         cluster = None
         if gd.scope != "main":

@@ -47,13 +47,17 @@ def model_picture(model: Model, around: str | None = None, depth: int = 2,
     return ModelView(model, max_nodes, around, depth, Box(all_attrs, names)).build()
 
 
-def diff_picture(result: DiffResult, context: int = 1, all_attrs: bool = False, names: bool = False) -> Picture:
+def diff_picture(result: DiffResult, context: int = 1, all_attrs: bool = False, names: bool = False,
+                 max_nodes: int | None = DEFAULT_MAX_NODES) -> Picture:
     """Changed nodes coloured (added green, removed red, changed amber) with ``context`` hops of
-    unchanged neighbours, so a few changes in a big model make a readable picture. ``all_attrs``
-    and ``names`` as for ``model_picture``."""
+    unchanged neighbours, so a few changes in a big model make a readable picture. Past
+    ``max_nodes`` boxes the first changes in graph order are drawn and a note says how many
+    (None: all). ``all_attrs`` and ``names`` as for ``model_picture``."""
     if context < 0:
         raise UsageError("--context must be 0 or more")
-    return DiffView(result, context, Box(all_attrs, names)).build()
+    if max_nodes is not None and max_nodes < 1:
+        raise UsageError("--max-nodes must be at least 1")
+    return DiffView(result, context, Box(all_attrs, names), max_nodes).build()
 
 
 def infer_shapes(model: Model) -> Model:

@@ -215,3 +215,24 @@ def test_untyped_values_and_empty_texts_still_render():
         [helper.make_value_info("x", onnx.TypeProto())], [helper.make_value_info("y", onnx.TypeProto())])
     model = io.load_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     ET.fromstring(model_picture(model).svg())
+
+
+def test_a_diff_past_max_nodes_draws_its_first_changes_and_says_so():
+    """graphviz lays out thousands of boxes in hours: the picture stops at ``max_nodes`` boxes,
+    the first changes in graph order with their context, and its note gives both counts."""
+    from graphtool.optimize import optimize
+
+    model = io.load(light_model("resnet50"))
+    optimized, _, _ = optimize(model, level=1)
+    result = diff(model, optimized)
+    changes = sum(len(gd.nodes) for gd in result.graphs)
+    whole = diff_picture(result, context=1, max_nodes=None)
+    assert whole.shown > 40 and "changed nodes in graph order" not in " ".join(whole.notes)
+    capped = diff_picture(result, context=1, max_nodes=40)
+    assert capped.shown == 40
+    assert f"of {changes} changed nodes in graph order (--max-nodes 40" in " ".join(capped.notes)
+    drawn = [key for key in capped.info if key.startswith("d")]
+    first = [key for key in whole.info if key.startswith("d") and whole.info[key]["change"] != "context"]
+    assert [k for k in drawn if capped.info[k]["change"] != "context"] == first[: len(
+        [k for k in drawn if capped.info[k]["change"] != "context"])]  # the first changes, in order
+    ET.fromstring(capped.svg())
