@@ -175,8 +175,10 @@ def bench_model(name: str, entry: dict, folder: str, args: argparse.Namespace, w
     ref = session(path, "basic")
     want = {k: run(ref, f) for k, f in feeds.items()}
     del ref
-    for copy in range(args.sessions):  # opened alternately, so no candidate always gets the memory first
-        for cand in cands:
+    # each copy opens the candidates in the other order (forward, reversed, ...): a session opened
+    # early measured slower than one opened late on this machine, so every candidate gets both ends
+    for copy in range(args.sessions):
+        for cand in (cands if copy % 2 == 0 else cands[::-1]):
             sess = session(cand[1], cand[2], cand[3])
             if copy == 0:
                 worst = max(diff(want[k], run(sess, f)) for k, f in feeds.items())
