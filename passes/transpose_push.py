@@ -16,8 +16,9 @@ runs its transpose optimizer for the same reason.
    removed axes accounted for;
 3. reductions (ReduceMax/Min/Sum/Mean/Prod/L1/L2/LogSum/LogSumExp/SumSquare, ArgMax/ArgMin) with
    known axes: axes map through p; with keepdims=0 q drops the reduced axes (often the identity);
-4. Concat (every input a same-perm Transpose read only by it): axis = p[axis]; Slice with constant
-   axes (or none: all axes in order) and Pad with constant pads: axes / pads map through p.
+4. Concat (every input a same-perm Transpose read only by it): axis = p[axis]; Split: axis =
+   p[axis], its sizes unchanged, a Transpose below each part; Slice with constant axes (or none:
+   all axes in order) and Pad with constant pads: axes / pads map through p.
 
 A Transpose moves only when it *pays*: a walk down its chain of sole readers (a step at a time,
 the same rules) reaches another Transpose or an op where q becomes the identity — so a Transpose
@@ -110,9 +111,15 @@ def _unsqueezed(p: list[int], added: list[int]) -> list[int]:
 
 def step(graph: Graph, node: Node, p: list[int], sources: set[str], opset: int) -> _Step | None:
     """The move of ``Transpose(p)`` (its outputs: ``sources``) below ``node``, or None."""
+    n, kind = len(p), node.op_type
+    if kind == "Split" and node.domain in ("", "ai.onnx") and node.inputs[0] in sources:
+        # split sizes (an input or an attribute) and num_outputs stay: they count along the axis
+        if any(v in sources for v in node.inputs[1:]) or not all(node.outputs):
+            return None
+        axis = _norm([int(node.attr("axis", 0))], n)
+        return _Step(p, axis=p[axis[0]]) if axis else None
     if len(node.outputs) != 1:
         return None
-    n, kind = len(p), node.op_type
     data = _elementwise(node)
     if node.domain == "com.microsoft" and data is not None:
         for slot, value in enumerate(node.inputs):
@@ -242,7 +249,8 @@ class _Walker:
             move = step(self.graph, node, p, self.same_perm_inputs(node, p, value), self.opset)
             if move is None:
                 return False
-            if move.perm != list(range(len(move.perm))) and not self._pays(node.outputs[0], move.perm, depth - 1):
+            if move.perm != list(range(len(move.perm))) and not all(
+                    self._pays(out, move.perm, depth - 1) for out in node.outputs):  # a Split: every part
                 return False
         return True
 
@@ -283,29 +291,34 @@ def push(graph: Graph, ctx: PassContext, tr: Node, p: list[int], walker: _Walker
         inputs[3] = graph.add_initializer(np.array(move.slice_axes, np.int64), "axes")
     if move.pads is not None:
         inputs[1] = graph.add_initializer(np.array(move.pads, np.int64), "pads")
-    out = node.outputs[0]
-    info = graph.value_info.get(out)
-    new = graph.add_node(node.op_type, inputs, 1, attrs, domain=node.domain, name=node.name, near=node)
+    outs = node.outputs
+    infos = [graph.value_info.get(out) for out in outs]
+    new = graph.add_node(node.op_type, inputs, len(outs), attrs, domain=node.domain, name=node.name, near=node)
     identity = move.perm == list(range(len(move.perm)))
-    moved = None if identity else graph.add_node("Transpose", [new.outputs[0]], 1, {"perm": move.perm},
-                                                 name=tr.name, near=node)
-    last = new.outputs[0] if identity else moved.outputs[0]
-    graph.replace_all_uses(out, last)
+    moved: list[Node | None] = []
+    lasts = []
+    for made in new.outputs:  # one output, or a Split's parts: a Transpose below each
+        tr_out = None if identity else graph.add_node("Transpose", [made], 1, {"perm": move.perm}, name=tr.name, near=node)
+        moved.append(tr_out)
+        lasts.append(made if tr_out is None else tr_out.outputs[0])
+    for out, last in zip(outs, lasts):
+        graph.replace_all_uses(out, last)
     graph.remove_nodes([node])
     for source in dict.fromkeys(removed):
         if graph.has_node(source) and not graph.uses(source.outputs[0]) and not graph.is_output(source.outputs[0]):
             graph.value_info.pop(source.outputs[0], None)
             graph.remove_nodes([source])
-    graph.rename_value(last, out)
-    if info is not None:
-        graph.set_value_info(out, info)
-    return moved
+    for out, last, info in zip(outs, lasts, infos):
+        graph.rename_value(last, out)
+        if info is not None:
+            graph.set_value_info(out, info)
+    return moved[0]  # a Split's other parts move on the pass's next run
 
 
 @register(level=1, priority=38)
 class PushTransposes(Pass):
-    """Move Transposes below elementwise ops, Unsqueeze/Squeeze, reductions, Concat, Slice and Pad
-    when that brings them to another Transpose or makes them the identity."""
+    """Move Transposes below elementwise ops, Unsqueeze/Squeeze, reductions, Concat, Split, Slice and
+    Pad when that brings them to another Transpose or makes them the identity."""
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         if not graph.has_op("Transpose"):

@@ -109,3 +109,35 @@ def test_no_op_casts_after_ml_classifiers_go():
     feeds = {"x": np.array([[0.2, 1.0], [0.9, 0.0], [0.5, 3.0]], np.float32)}
     out, _ = runner(["eliminate-no-ops"])(m, feeds=feeds)
     assert _ops(out) == ["TreeEnsembleClassifier"]
+
+
+def _split_model(opset: int, second_reader: str = "Transpose"):
+    """NHWC → Transpose → Split on channels (sizes 3 and 5) → Relu / Sigmoid → Transpose back (a TF
+    export's channel split); ``second_reader`` MatMul: one part ends in an op a Transpose cannot cross."""
+    sizes = const("sizes", np.array([3, 5], np.int64))
+    split = (n("Split", ["t", "sizes"], ["a", "b"], axis=1) if opset >= 13
+             else n("Split", ["t"], ["a", "b"], axis=1, split=[3, 5]))
+    nodes = [n("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2]), split, n("Relu", ["a"], ["ra"]), n("Sigmoid", ["b"], ["sb"]),
+             n("Transpose", ["ra"], ["ya"], perm=[0, 2, 3, 1])]
+    outputs = [vi("ya", [1, 4, 6, 3])]
+    if second_reader == "Transpose":
+        nodes.append(n("Transpose", ["sb"], ["yb"], perm=[0, 2, 3, 1]))
+        outputs.append(vi("yb", [1, 4, 6, 5]))
+    else:
+        nodes.append(n("MatMul", ["sb", "w"], ["yb"]))
+        outputs.append(vi("yb", [1, 5, 4, 2]))
+    inits = ([sizes] if opset >= 13 else []) + ([const("w", np.ones((6, 2), np.float32))] if second_reader != "Transpose" else [])
+    return model(nodes, [vi("x", [1, 4, 6, 8])], outputs, inits, opset=opset)
+
+
+def test_split_moves_with_its_axis_and_every_part_cancels():
+    for opset in (11, 13, 18):
+        out, report = run(_split_model(opset))
+        assert _ops(out) == ["Split", "Relu", "Sigmoid"], opset
+        split = to_onnx(out).graph.node[0]
+        assert [a.i for a in split.attribute if a.name == "axis"] == [3]  # the channels, now last
+
+
+def test_split_with_a_part_that_does_not_pay_stays():
+    out, report = optimize(_split_model(13, second_reader="MatMul"), passes=["push-transposes"])[:2]
+    assert report.passes["push-transposes"].stats["pushed"] == 0 and _ops(out).count("Transpose") == 2
