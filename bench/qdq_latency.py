@@ -5,7 +5,7 @@ onnxruntime *all* (issue 34: within 3% or faster).
 
 One process, one intra-op thread. Per model the sessions are created, outputs compared, then
 warmed up and run **interleaved** (A, B, A, B, ...) ``--runs`` times per round on one random input,
-so load from other processes falls on all alike. Per round the medians of wall time
+so load from other processes falls on all alike; each round starts the rotation with another contender. Per round the medians of wall time
 (``perf_counter``) and of this process's CPU time (``process_time``, what the run cost us on a
 shared machine) give a ratio contender/original-under-all (< 1 is faster); the table shows the
 median ratio over ``--rounds`` rounds and its range, so a reader sees the spread, not one draw.
@@ -81,11 +81,14 @@ def measure(name: str, path: str, runs: int, rounds: int, tmp: str, extra: bool)
             sess.run(None, feed)
     ratios: dict[str, dict[str, list[float]]] = {k: {"wall": [], "cpu": []} for k in contenders if k != "orig@all"}
     ms: dict[str, list[float]] = {k: [] for k in contenders}
-    for _ in range(rounds):
+    keys = list(contenders)
+    for r in range(rounds):
         wall = {k: [] for k in contenders}
         cpu = {k: [] for k in contenders}
+        order = keys[r % len(keys):] + keys[:r % len(keys)]  # each round starts with another: no seat is favoured
         for _ in range(runs):
-            for key, sess in contenders.items():
+            for key in order:
+                sess = contenders[key]
                 w, c = time.perf_counter(), time.process_time()
                 sess.run(None, feed)
                 wall[key].append(time.perf_counter() - w)
