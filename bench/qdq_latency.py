@@ -9,7 +9,8 @@ so load from other processes falls on all alike; each round starts the rotation 
 (``perf_counter``) and of this process's CPU time (``process_time``, what the run cost us on a
 shared machine) give a ratio contender/original-under-all (< 1 is faster); the table shows the
 median ratio over ``--rounds`` rounds and its range, so a reader sees the spread, not one draw.
-``--extra`` adds two contenders to the same interleaved run: graphtool L2 ort without the
+``--sessions N`` opens N sessions per contender and runs them in turn (two sessions of one file can
+differ by 10-50 % for a whole run). ``--extra`` adds two contenders to the same interleaved run: graphtool L2 ort without the
 channels-last pass (``--skip ort-qdq-nhwc``) under ORT basic, and the original under ORT extended.
 """
 
@@ -64,15 +65,32 @@ def _max_abs(ra: list, rb: list) -> float:
     return max(float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) for x, y in zip(ra, rb))
 
 
-def measure(name: str, path: str, runs: int, rounds: int, tmp: str, extra: bool) -> dict:
+class _Sessions:
+    """Several sessions of one model and level, run in turn: two sessions of the same file can
+    differ by 10-50 % for a whole run (where the allocator placed their weights), more than the bar."""
+
+    def __init__(self, path: str, level: str, count: int):
+        self.sessions = [_session(path, level) for _ in range(count)]
+        self.turn = 0
+
+    def run(self, names, feed):
+        sess = self.sessions[self.turn % len(self.sessions)]
+        self.turn += 1
+        return sess.run(names, feed)
+
+    def get_inputs(self):
+        return self.sessions[0].get_inputs()
+
+
+def measure(name: str, path: str, runs: int, rounds: int, tmp: str, extra: bool, sessions: int = 1) -> dict:
     gt = os.path.join(tmp, name + ".gt.onnx")
     nodes = _optimized(path, gt)
-    contenders = {"orig@all": _session(path, "all"), "gt@basic": _session(gt, "basic")}
+    contenders = {"orig@all": _Sessions(path, "all", sessions), "gt@basic": _Sessions(gt, "basic", sessions)}
     if extra:
         plain = os.path.join(tmp, name + ".gt-nchw.onnx")
         nodes_nchw = _optimized(path, plain, skip=("ort-qdq-nhwc",))
-        contenders["gt-nchw@basic"] = _session(plain, "basic")
-        contenders["orig@extended"] = _session(path, "extended")
+        contenders["gt-nchw@basic"] = _Sessions(plain, "basic", sessions)
+        contenders["orig@extended"] = _Sessions(path, "extended", sessions)
     feed = _feed(contenders["orig@all"])
     ref = contenders["orig@all"].run(None, feed)
     diffs = {k: _max_abs(ref, s.run(None, feed)) for k, s in contenders.items()}
@@ -117,12 +135,14 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--extra", action="store_true")
+    ap.add_argument("--sessions", type=int, default=1, help="sessions per contender, run in turn")
     ap.add_argument("--json")
     args = ap.parse_args()
     with open(os.path.join(args.dir, "corpus.json")) as handle:
         index = json.load(handle)
     names = args.models.split(",") if args.models else [n for n, i in index.items() if i["kind"] == "qdq" and "bert" not in n and not n.startswith("light_")]
-    print(f"{args.rounds} rounds × {args.runs} interleaved runs; ratio = median over rounds (range)", flush=True)
+    print(f"{args.rounds} rounds × {args.runs} interleaved runs, {args.sessions} session(s) per contender in turn; "
+          "ratio = median over rounds (range)", flush=True)
     head = "| model | nodes before → gt L2 ort | orig ORT all ms | gt L2 ort under ORT basic ms | wall ratio | cpu ratio | max abs |"
     if args.extra:
         head += " gt nchw nodes | gt nchw basic wall ratio | orig ORT extended wall ratio |"
@@ -131,7 +151,8 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            r = measure(name, os.path.join(args.dir, name + ".onnx"), args.runs, args.rounds, tmp, args.extra)
+            r = measure(name, os.path.join(args.dir, name + ".onnx"), args.runs, args.rounds, tmp, args.extra,
+                        args.sessions)
             rows.append(r)
             g = r["ratios"]["gt@basic"]
             line = (f"| {name} | {r['nodes'][0]} → {r['nodes'][1]} | {statistics.median(r['ms']['orig@all']):.2f} | "
