@@ -12,6 +12,8 @@ median ratio over ``--rounds`` rounds and its range, so a reader sees the spread
 ``--sessions N`` opens N sessions per contender and runs them in turn (two sessions of one file can
 differ by 10-50 % for a whole run). ``--extra`` adds two contenders to the same interleaved run: graphtool L2 ort without the
 channels-last pass (``--skip ort-qdq-nhwc``) under ORT basic, and the original under ORT extended.
+Default rows: the corpus's QDQ CNNs but BERT and the light_* models (IR < 4: their initializers are
+also graph inputs, which one random feed does not cover).
 """
 
 from __future__ import annotations
