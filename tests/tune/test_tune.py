@@ -457,3 +457,22 @@ def test_stage_two_gives_both_kept_rewrite_sets_their_turns() -> None:
     first_seen = [c for c in dict.fromkeys(timer.timed) if c.rewrite.level and c.ort.level != "all" or c.ort.disabled]
     levels = [c.rewrite.level for c in first_seen[:4]]
     assert sorted(levels) == [1, 1, 2, 2] and levels[0] != levels[1]
+
+
+def test_onnxruntime_fusions_are_not_inspected_past_the_budget() -> None:
+    """Each inspection of ORT's fusions builds sessions (minutes on a huge graph): once one has spent
+    the stage's time, the next kept set is not inspected and the report says so."""
+    clock = FakeClock()
+
+    class SlowInspection(FakeTimer):
+        inspected: list[str] = []
+
+        def ort_fusions(self, rewrite: RewriteSet) -> list[str]:
+            self.inspected.append(rewrite.name)
+            self.clock.now += 1000.0  # far past the whole budget
+            return super().ort_fusions(rewrite)
+
+    timer = SlowInspection(clock, lambda c: (10.0 - c.rewrite.level) / 1000, fusions=["SkipLayerNormFusion"])
+    result = tune(timer, _always_ok, clock, budget=60, cores=1)
+    assert len(timer.inspected) == 1
+    assert any("onnxruntime's fusions not inspected (budget spent)" in s for s in result.skipped)
