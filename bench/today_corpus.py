@@ -47,10 +47,13 @@ import onnx
 import onnxruntime as ort
 import torch
 import transformers
+from today_inputs import (  # numpy/onnx only, shared with today_verify.py
+    VOCAB,
+    hand_inputs,
+)
 from torch import nn
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-VOCAB = 512
 SEED = 0
 # Sizes used to trace the export: every dim distinct and >= 2 so no exporter specializes them.
 TRACE = {"batch": 2, "past": 3, "seq": 2, "enc": 6}
@@ -313,34 +316,7 @@ def export_transformers(wrapper, names, sample, path: Path) -> None:
         onnx.save(onnx.load(str(Path(tmp) / "model.onnx")), str(path))
 
 
-# --- hand-built inputs (the same recipe today_verify.py reads) ------------------------------------
-
-def hand_inputs(model_path: Path, recipe: dict, past: int, new: int, enc: int = 12, batch: int = 2,
-                keep_all: bool = False) -> dict:
-    """Inputs built from the recipe: mask of past+new (one padded past slot in row 1), positions
-    past..past+new-1, past K/V of length ``past`` (cross K/V of length ``enc``)."""
-    rng = np.random.default_rng(1)
-    sess_inputs = {i.name: i for i in onnx.load(str(model_path), load_external_data=False).graph.input}
-    float_type = {n: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for n, i in sess_inputs.items()}
-    float_type = lambda name, _t=float_type: _t.get(name, np.float32)
-    feeds = {recipe["input_ids"]: rng.integers(0, VOCAB, (batch, new)).astype(np.int64)}
-    if "attention_mask" in recipe:
-        mask = np.ones((batch, past + new), np.int64)
-        if past > 0:
-            mask[1, 0] = 0
-        feeds[recipe["attention_mask"]] = mask
-    if "position_ids" in recipe:
-        feeds[recipe["position_ids"]] = np.tile(np.arange(past, past + new, dtype=np.int64), (batch, 1))
-    if "encoder_hidden_states" in recipe:
-        name = recipe["encoder_hidden_states"]
-        feeds[name] = rng.standard_normal((batch, enc, recipe["encoder_hidden"])).astype(float_type(name))
-        feeds[recipe["encoder_attention_mask"]] = np.ones((batch, enc), np.int64)
-        feeds[recipe["encoder_attention_mask"]][1, -2:] = 0
-    for name, kv in recipe["past"].items():
-        length = enc if kv["length"] == "encoder" else past
-        feeds[name] = rng.standard_normal((batch, kv["heads"], length, kv["head_dim"])).astype(float_type(name))
-    return feeds if keep_all else {k: v for k, v in feeds.items() if k in sess_inputs}
-
+# --- hand-built inputs: bench/today_inputs.py (today_verify.py reads the same recipe) -----------------
 
 def check_against_torch(family: str, path: Path, names: list[str], recipe: dict) -> str:
     """Run the export in onnxruntime and a fresh copy of the wrapper (same seed, same weights) in

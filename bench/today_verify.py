@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+from today_inputs import hand_inputs
 
 GRAPHTOOL = os.path.join(os.path.dirname(sys.executable), "graphtool")
 LEVELS = {"1": ["--level", "1"], "2": ["--level", "2", "--target", "ort"],
@@ -55,43 +56,11 @@ LEVELS = {"1": ["--level", "1"], "2": ["--level", "2", "--target", "ort"],
           "2in": ["--level", "2", "--target", "ort", "--inputs", "{inputs}"]}
 DEFAULT_LEVELS = ("L1", "L2")
 CASES = {"prefill": (0, 5), "past8+4": (8, 4), "decode": (8, 1)}  # name: (past, new); encoder 12
-ENCODER = 12
-VOCAB = 512
 TOLERANCE = {"float16": (1e-2, 1e-2)}  # dtype: (rtol, atol); everything else (1e-3, 1e-4)
 ORT_LOGGER = re.compile(r"\[[EWIVF]:onnxruntime|\x1b\[")
 
 
-# --- hand-built inputs ----------------------------------------------------------------------------
-
-def hand_inputs(model_path: str, recipe: dict, past: int, new: int, enc: int = ENCODER, batch: int = 2) -> dict:
-    """The recipe's inputs (same rules as today_corpus.hand_inputs): mask of past+new with one padded
-    past slot in row 1, positions past..past+new-1, past K/V of length ``past``, cross K/V and
-    encoder states of length ``enc`` (encoder mask: row 1's last two slots padded)."""
-    rng = np.random.default_rng(1)
-    graph_inputs = {i.name: i for i in onnx.load(model_path, load_external_data=False).graph.input}
-
-    def float_type(name):
-        i = graph_inputs.get(name)
-        return onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) if i else np.float32
-
-    feeds = {recipe["input_ids"]: rng.integers(0, VOCAB, (batch, new)).astype(np.int64)}
-    if "attention_mask" in recipe:
-        mask = np.ones((batch, past + new), np.int64)
-        if past > 0:
-            mask[1, 0] = 0
-        feeds[recipe["attention_mask"]] = mask
-    if "position_ids" in recipe:
-        feeds[recipe["position_ids"]] = np.tile(np.arange(past, past + new, dtype=np.int64), (batch, 1))
-    if "encoder_hidden_states" in recipe:
-        name = recipe["encoder_hidden_states"]
-        feeds[name] = rng.standard_normal((batch, enc, recipe["encoder_hidden"])).astype(float_type(name))
-        feeds[recipe["encoder_attention_mask"]] = np.ones((batch, enc), np.int64)
-        feeds[recipe["encoder_attention_mask"]][1, -2:] = 0
-    for name, kv in recipe["past"].items():
-        length = enc if kv["length"] == "encoder" else past
-        feeds[name] = rng.standard_normal((batch, kv["heads"], length, kv["head_dim"])).astype(float_type(name))
-    return {k: v for k, v in feeds.items() if k in graph_inputs}
-
+# --- sessions (the inputs: bench/today_inputs.py) -------------------------------------------------
 
 def _session(path: str):
     opts = ort.SessionOptions()
