@@ -367,20 +367,7 @@
     hits.textContent = (cur + 1) + " / " + matches.length;
     Array.prototype.forEach.call(results.children, function (li, j) { li.classList.toggle("cur", j === cur); });
   }
-  var timer = null;
-  search.addEventListener("input", function () { clearTimeout(timer); timer = setTimeout(runSearch, 120); });
-  search.addEventListener("keydown", function (e) {
-    if (e.key === "Enter") {
-      e.preventDefault();
-      if (timer) { clearTimeout(timer); timer = null; runSearch(); }
-      goTo(e.shiftKey ? cur - 1 : cur + 1);
-      clear(results);  // the list would cover the panel; Enter again goes to the next match
-    } else if (e.key === "Escape") {
-      search.value = ""; runSearch(); search.blur();
-    } else if (e.key === "ArrowDown") { e.preventDefault(); goTo(cur + 1); }
-    else if (e.key === "ArrowUp") { e.preventDefault(); goTo(cur - 1); }
-  });
-  search.addEventListener("blur", function () { setTimeout(function () { clear(results); }, 150); });
+  graphtoolSearchKeys(search, results, runSearch, goTo, function () { return cur; }, 120);
 
   // ------------------------------------------------------------------ keys and buttons
   document.addEventListener("keydown", function (e) {

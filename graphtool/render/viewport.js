@@ -121,3 +121,24 @@ var graphtoolViewport = function (opts) {
           center: center, box: box, moveBy: moveBy, moved: function () { return moved; },
           drawOverview: drawOverview, drawFrame: drawFrame, key: key};
 };
+
+// The search box both pages share: ``run`` after typing stops for ``delay`` ms, Enter (Shift+Enter)
+// the next (previous) match with the list closed, the arrows through the list, Escape to clear;
+// leaving the box closes the list. ``cur()`` is the page's current match index.
+var graphtoolSearchKeys = function (search, results, run, goTo, cur, delay) {
+  var timer = null;
+  function close() { while (results.firstChild) { results.removeChild(results.firstChild); } }
+  search.addEventListener("input", function () { clearTimeout(timer); timer = setTimeout(function () { timer = null; run(); }, delay); });
+  search.addEventListener("keydown", function (e) {
+    if (e.key === "Enter") {
+      e.preventDefault();
+      if (timer) { clearTimeout(timer); timer = null; run(); }
+      goTo(e.shiftKey ? cur() - 1 : cur() + 1);
+      close();  // the list would cover the panel; Enter again goes to the next match
+    } else if (e.key === "Escape") {
+      search.value = ""; run(); search.blur();
+    } else if (e.key === "ArrowDown") { e.preventDefault(); goTo(cur() + 1); }
+    else if (e.key === "ArrowUp") { e.preventDefault(); goTo(cur() - 1); }
+  });
+  search.addEventListener("blur", function () { setTimeout(close, 150); });
+};
