@@ -14,7 +14,6 @@ million ops are a handful of flat arrays of numbers and strings (strings through
 
 from __future__ import annotations
 
-import ast
 from collections import Counter
 from typing import Any
 
@@ -23,6 +22,7 @@ from onnx import AttributeProto
 from graphtool.ir.graph import Graph, constant_node_value
 from graphtool.ir.model import Model
 from graphtool.ir.tensor import dtype_name
+from graphtool.render.layer_tree import CATEGORY_COLORS, Layer, category, scopes
 from graphtool.render.schemas import Schemas
 from graphtool.render.text import attr_text, cut, shape_text, small_value
 from graphtool.shapes import ShapeOracle, dims_of
@@ -30,85 +30,6 @@ from graphtool.shapes import ShapeOracle, dims_of
 MAX_ITEMS = 80  # items (ops and sub-layers) a layer shows when expanded; more become runs
 
 # Netron's colours for op categories (its grapher.css: layer, activation, pool, normalization ...)
-CATEGORY_COLORS = {
-    "layer": "#335588", "activation": "#70291f", "pool": "#335533", "normalization": "#335544",
-    "dropout": "#454770", "shape": "#6c4f47", "tensor": "#59423b", "transform": "#335544",
-    "data": "#555555", "quantization": "#502800", "control": "#7a4b9c", "attention": "#1f5f7a",
-    "io": "#2e7d32", "output": "#b26a00", "other": "#666666",
-}
-_CATEGORIES = {
-    "layer": "Conv ConvTranspose ConvInteger Gemm MatMul MatMulInteger QLinearConv QLinearMatMul Einsum "
-             "FusedConv FusedGemm FusedMatMul MatMulNBits Attention MultiHeadAttention GroupQueryAttention "
-             "LSTM GRU RNN Embedding EmbedLayerNormalization",
-    "activation": "Relu LeakyRelu PRelu Sigmoid Tanh Elu Selu Celu Gelu FastGelu BiasGelu QuickGelu Softmax "
-                  "LogSoftmax Softplus Softsign HardSigmoid HardSwish Mish ThresholdedRelu Erf SiLU",
-    "pool": "MaxPool AveragePool GlobalAveragePool GlobalMaxPool LpPool GlobalLpPool MaxRoiPool RoiAlign "
-            "MaxUnpool",
-    "normalization": "BatchNormalization LayerNormalization InstanceNormalization GroupNormalization "
-                     "LpNormalization LRN SimplifiedLayerNormalization SkipLayerNormalization "
-                     "SkipSimplifiedLayerNormalization RMSNormalization MeanVarianceNormalization",
-    "dropout": "Dropout",
-    "shape": "Reshape Flatten Squeeze Unsqueeze Shape Size Expand",
-    "tensor": "Concat Split Slice Gather GatherElements GatherND Transpose Pad Tile Resize Upsample "
-              "ScatterND ScatterElements Scatter DepthToSpace SpaceToDepth Where NonZero TopK Range "
-              "ConstantOfShape Trilu",
-    "quantization": "QuantizeLinear DequantizeLinear DynamicQuantizeLinear",
-    "control": "If Loop Scan",
-    "attention": "RotaryEmbedding",
-    "data": "Constant Identity Cast CastLike",
-}
-CATEGORY = {op: cat for cat, ops in _CATEGORIES.items() for op in ops.split()}
-
-
-def category(op_type: str) -> str:
-    return CATEGORY.get(op_type, "other")
-
-
-class _Layer:
-    __slots__ = ("label", "full", "kind", "children", "direct", "parent", "first", "index", "lo", "mid", "hi", "pre")
-
-    def __init__(self, label: str, full: str, kind: str, parent: "_Layer | None"):
-        self.label, self.full, self.kind, self.parent = label, full, kind, parent
-        self.children: dict[Any, _Layer] = {}
-        self.direct: list[int] = []  # provisional op numbers (visit order)
-        self.first = 1 << 62  # the earliest op (visit order) anywhere inside: children sort by it
-        self.index = self.lo = self.mid = self.hi = 0
-        self.pre = ""  # what its ops' names start with ("/model/layers.0/"): sent once, not per op
-
-    def child(self, key: Any, label: str, full: str, kind: str) -> "_Layer":
-        layer = self.children.get(key)
-        if layer is None:
-            layer = self.children[key] = _Layer(label, full, kind, self)
-        return layer
-
-
-def _scopes(record: Any) -> list[tuple[str, str]]:
-    """(label, full name) of each scope an op sits in, outermost first."""
-    name = record.name
-    if "/" in name:
-        parts = [p for p in name.split("/")[:-1] if p]
-        return [(p, "/" + "/".join(parts[: k + 1])) for k, p in enumerate(parts)]
-    template = record.template
-    if isinstance(template, bytes) and b"pkg.torch.onnx.name_scopes" in template:
-        from onnx import NodeProto
-
-        template = NodeProto.FromString(template)
-    if template is not None and not isinstance(template, bytes):
-        for prop in template.metadata_props:
-            if prop.key == "pkg.torch.onnx.name_scopes":
-                try:
-                    scopes = [s for s in ast.literal_eval(prop.value) if isinstance(s, str) and s][:-1]
-                except (ValueError, SyntaxError):
-                    return []
-                out = []
-                for k, full in enumerate(scopes):
-                    prev = scopes[k - 1] if k else ""
-                    label = full[len(prev) + 1:] if prev and full.startswith(prev + ".") else full
-                    out.append((label, full))
-                return out
-    return []
-
-
 class LayeredData:
     """Builds the page data of one model (``layered_data``)."""
 
@@ -127,7 +48,7 @@ class LayeredData:
         # per op, in visit order
         self.op: list[int] = []
         self.name: list[int] = []
-        self.layer: list[_Layer] = []
+        self.layer: list[Layer] = []
         self.ins: list[list[int]] = []
         self.outs: list[list[int]] = []
         self.sub: list[int] = []
@@ -139,7 +60,7 @@ class LayeredData:
         self.v_prod: list[int] = []
         self.v_const: list[int] = []
         self.value_ids: dict[tuple[int, str], int] = {}
-        self.root = _Layer(model.graph.name or "graph", "", "root", None)
+        self.root = Layer(model.graph.name or "graph", "", "root", None)
         self.graph_io: list[dict[str, Any]] = []
 
     def s(self, text: str) -> int:
@@ -209,7 +130,7 @@ class LayeredData:
 
     # -- ops
 
-    def _add(self, op: str, name: str, layer: _Layer, ins: list[int], outs: list[int], sub: str = "",
+    def _add(self, op: str, name: str, layer: Layer, ins: list[int], outs: list[int], sub: str = "",
              attrs: str = "") -> int:
         k = len(self.op)
         index = self.ops.get(op)
@@ -229,7 +150,7 @@ class LayeredData:
             self.v_prod[vid] = k
         return k
 
-    def _walk(self, graph: Graph, base: _Layer, main: bool) -> None:
+    def _walk(self, graph: Graph, base: Layer, main: bool) -> None:
         data = graph._node
         for value in graph.inputs:
             if value in graph.initializers:
@@ -244,7 +165,7 @@ class LayeredData:
                     not any(graph.is_output(v) for v in record.io[record.n_in:]):
                 continue  # folded into its readers, as in the small picture
             layer = base
-            for label, full in _scopes(record):
+            for label, full in scopes(record):
                 layer = layer.child(full, label, full, "scope")
             node = graph.node(i)
             subs = node.subgraphs() if i in graph._owners else []
@@ -322,14 +243,14 @@ class LayeredData:
         producer (a KV cache's 64 inputs land in their 32 layers, not in one row at the top)."""
         ops = list(self.ops)
         pseudo_in = {k for k, o in enumerate(self.op) if ops[o] == "input"}
-        readers: dict[int, list[_Layer]] = {}
+        readers: dict[int, list[Layer]] = {}
         for k, ins in enumerate(self.ins):
             for vid in ins:
                 if vid >= 0:
                     p = self.v_prod[vid]
                     if p in pseudo_in:
                         readers.setdefault(p, []).append(self.layer[k])
-        moves: list[tuple[int, _Layer]] = []
+        moves: list[tuple[int, Layer]] = []
         for k, layers in readers.items():
             base = self.layer[k]
             chains = []
@@ -363,14 +284,14 @@ class LayeredData:
             self.layer[k] = layer
 
     @staticmethod
-    def _inside(layer: _Layer, outer: _Layer) -> bool:
+    def _inside(layer: Layer, outer: Layer) -> bool:
         while layer is not None:
             if layer is outer:
                 return True
             layer = layer.parent
         return False
 
-    def _merge_and_split(self, layer: _Layer) -> None:
+    def _merge_and_split(self, layer: Layer) -> None:
         for child in list(layer.children.values()):
             self._merge_and_split(child)
         # a scope whose only content is one scope: one step (model/layers.0)
@@ -386,7 +307,7 @@ class LayeredData:
         first = min((c.first for c in layer.children.values()), default=1 << 62)
         layer.first = min(first, layer.direct[0] if layer.direct else 1 << 62)
         items: list[Any] = sorted(list(layer.children.values()) + layer.direct,
-                                  key=lambda x: x.first if isinstance(x, _Layer) else x)
+                                  key=lambda x: x.first if isinstance(x, Layer) else x)
         level = 0
         while len(items) > MAX_ITEMS:
             level += 1
@@ -395,15 +316,15 @@ class LayeredData:
             step = -(-len(items) // count)  # equal runs: 81 items are two runs of 41 and 40
             for k in range(0, len(items), step):
                 part = items[k: k + step]
-                run = _Layer("", "", "run", layer)
+                run = Layer("", "", "run", layer)
                 for x in part:
-                    if isinstance(x, _Layer):
+                    if isinstance(x, Layer):
                         run.children[id(x)] = x
                         x.parent = run
                     else:
                         run.direct.append(x)
                         self.layer[x] = run
-                run.first = part[0].first if isinstance(part[0], _Layer) else part[0]
+                run.first = part[0].first if isinstance(part[0], Layer) else part[0]
                 run.label = f"{self._item_label(part[0])} … {self._item_label(part[-1])}"
                 runs.append(run)
             items = runs
@@ -412,7 +333,7 @@ class LayeredData:
             layer.direct = []
 
     def _item_label(self, item: Any) -> str:
-        if isinstance(item, _Layer):
+        if isinstance(item, Layer):
             return item.label.split(" … ")[0] if item.kind == "run" else item.label
         name = self.string_list[self.name[item]].rstrip("/").rsplit("/", 1)[-1]
         return cut(name or self._op_name(item), 32)
@@ -426,9 +347,9 @@ class LayeredData:
         self._merge_and_split(self.root)
         # number the layers depth first; each layer's ops: its own, then its children's
         order: list[int] = []
-        layers: list[_Layer] = []
+        layers: list[Layer] = []
 
-        def number(layer: _Layer) -> None:
+        def number(layer: Layer) -> None:
             layer.index = len(layers)
             layers.append(layer)
             layer.lo = len(order)

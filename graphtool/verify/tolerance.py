@@ -38,6 +38,9 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
+from graphtool.ir.graph import Graph
+from graphtool.ir.model import Model
+
 ULPS = 10
 QUANT_STEPS = 2  # a dequantized output may move this many steps of its scale
 INT_STEPS = 1  # an integer (quantized) output this many units
@@ -46,7 +49,7 @@ _EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
 _LOW = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
 
 
-def low_precision_inside(model: Any) -> str | None:
+def low_precision_inside(model: Model) -> str | None:
     """"float16"/"bfloat16" when the model computes in it (a tensor of that type, or a Cast to it), else None."""
     found: str | None = None
     for graph in model.graph.walk():
@@ -143,7 +146,7 @@ class QuantStep:
         return f"quantized output: {self.steps} steps of {scale} ({self.op})"
 
 
-def quantized_outputs(model: Any) -> dict[str, QuantStep]:
+def quantized_outputs(model: Model) -> dict[str, QuantStep]:
     """Output name -> its quantization grid, for the main graph's outputs a DequantizeLinear, a
     QuantizeLinear or a QLinear*/QGemm op made (through ops that only move values); outputs
     computed in float after the last DequantizeLinear (a LayerNorm, a Softmax) are not here."""
@@ -165,7 +168,7 @@ def quantized_outputs(model: Any) -> dict[str, QuantStep]:
     return found
 
 
-def _step_of(graph: Any, node: Any, moved: bool) -> QuantStep | None:
+def _step_of(graph: Graph, node: Any, moved: bool) -> QuantStep | None:
     slot = _SCALE_SLOT.get(node.op_type)
     if slot is None or len(node.inputs) <= slot or not node.inputs[slot]:
         return None  # a QGemm without y_scale gives float: not on a grid

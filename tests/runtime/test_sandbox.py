@@ -10,6 +10,7 @@ import time
 import pytest
 
 from graphtool.errors import BadModel
+from graphtool.runtime import limits as sandbox_limits
 from graphtool.runtime import sandbox
 from tests.bad_inputs.make_bad_inputs import fold_bomb
 
@@ -104,11 +105,11 @@ def test_remote_session_runs_like_a_local_one(monkeypatch):
 
 
 def test_sizes():
-    assert sandbox.parse_size("8G") == 8 << 30 and sandbox.parse_size("512m") == 512 << 20
-    assert sandbox.format_size(8 << 30) == "8 GB"
+    assert sandbox_limits.parse_size("8G") == 8 << 30 and sandbox_limits.parse_size("512m") == 512 << 20
+    assert sandbox_limits.format_size(8 << 30) == "8 GB"
     with pytest.raises(Exception, match="expected a size"):
-        sandbox.parse_size("lots")
-    assert sandbox.default_memory_limit() <= 8 << 30
+        sandbox_limits.parse_size("lots")
+    assert sandbox_limits.default_memory_limit() <= 8 << 30
 
 
 def test_named_children_are_separate_processes_and_sessions_stay_in_theirs(monkeypatch):
