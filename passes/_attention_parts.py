@@ -1,4 +1,4 @@
-"""The checks and replacements of the attention rules (``passes/attention.py``).
+"""The checks of the attention rules (``passes/attention.py``; their replacements: ``_attention_emit.py``).
 
 A check proves what the pattern cannot say — head split and merge targets, the scale, the
 mask, a causal condition — and leaves what it learned in ``match.extra`` for the replacement.
@@ -8,19 +8,17 @@ It returns None to accept, or the reason it refuses (what ``--explain`` prints).
 from __future__ import annotations
 
 import numpy as np
+from graphtool.passes._attention_dims import Dim, same_dim, static_size
 from graphtool.passes._ort_common import (
-    MS_DOMAIN,
     Dims,
     Shapes,
-    record_shape,
     shape_pieces,
-    use_ms_domain,
 )
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
 from graphtool.ir.graph import Graph
 from graphtool.pass_manager import PassContext
-from graphtool.rewrite import Match, Rewrite
+from graphtool.rewrite import Match
 
 MIN_CAUSAL_FILL = -1e4
 
@@ -138,7 +136,7 @@ def _check_mask(m: Match) -> str | None:
 
 def _target_is(m: Match, target: str, allowzero: int, expected: list, copies: dict[int, Dim]) -> bool:
     """``Dims.target_is`` with the walks of this module: a piece equals a wanted dim when
-    ``_same_dim`` proves it, or both are the same static size (``static_size``)."""
+    ``same_dim`` proves it, or both are the same static size (``static_size``)."""
     if m.facts.dims.target_is(target, allowzero, expected, copies):
         return True
     pieces = shape_pieces(m.graph, m.facts.shapes, target)
@@ -157,7 +155,7 @@ def _target_is(m: Match, target: str, allowzero: int, expected: list, copies: di
             piece = copies.get(j)
             if piece is None:
                 return False
-        if isinstance(piece, tuple) and isinstance(want, tuple) and _same_dim(m, piece, want):
+        if isinstance(piece, tuple) and isinstance(want, tuple) and same_dim(m, piece, want):
             continue
         if size(piece) is None or size(piece) != size(want):
             return False
@@ -211,9 +209,9 @@ def check_cached(m: Match) -> str | None:
             return f"{name} is not provably [B, {n}, T, {h}] like the queries (shape {shapes.shape(value)})"
         if shapes.dtype(value) != dtype:
             return f"{name} is not of the queries' type"
-    if not (_same_dim(m, batch, (k4, 0)) and _same_dim(m, batch, (v4, 0))):
+    if not (same_dim(m, batch, (k4, 0)) and same_dim(m, batch, (v4, 0))):
         return "q, k and v do not provably share one batch dim"
-    if not _same_dim(m, (k4, 2), (v4, 2)):
+    if not same_dim(m, (k4, 2), (v4, 2)):
         return "k and v do not provably have one length"
     if m.node("kt_unflat") is not None and not _swaps_last_two(m):
         return "the k transposition through Reshape/Transpose/Reshape is not provably kᵀ"
@@ -234,257 +232,6 @@ def check_cached(m: Match) -> str | None:
     m.dims[m.node("merge").outputs[0]] = [batch, seq, n, h]
     m.extra.update(heads=n, head_size=h, scale=scale, causal=None, q_dims=(batch, seq), guard=guard)
     return None
-
-
-Dim = tuple[str, int]
-
-
-def _same_dim(m: Match, a: Dim, b: Dim, depth: int = 0) -> bool:
-    """Dim ``a`` provably equals dim ``b``: walk each up through the ops that copy a dim (those
-    ``Dims.root`` follows, plus Reshape/Expand targets built from Shape pieces, and a head
-    split's -1), and find a common point; two Concats along the dim are equal part by part
-    (a KV cache: past keys and values one length, new keys and values one length)."""
-    memo = m.extra.setdefault("same_dim", {})
-    if (a, b) not in memo:
-        memo[(a, b)] = False  # a cycle through this pair proves nothing
-        memo[(a, b)] = _prove_same_dim(m, a, b, depth)
-    return memo[(a, b)]
-
-
-def _prove_same_dim(m: Match, a: Dim, b: Dim, depth: int) -> bool:
-    if depth > 12:
-        return False
-    chain_a, chain_b = _dim_chain(m, a, depth), _dim_chain(m, b, depth)
-    dims = m.facts.dims
-    if any(dims.equal(x, y) for x in chain_a for y in chain_b):
-        return True
-    parts_a, parts_b = _concat_parts(m, chain_a[-1]), _concat_parts(m, chain_b[-1])
-    return (parts_a is not None and parts_b is not None and len(parts_a) == len(parts_b)
-            and all(_same_dim(m, x, y, depth + 1) for x, y in zip(parts_a, parts_b)))
-
-
-def _dim_chain(m: Match, dim: Dim, depth: int = 0) -> list[Dim]:
-    chain = [dim]
-    for _ in range(16):
-        root = m.facts.dims.root(*chain[-1])
-        if root != chain[-1]:
-            chain.append(root)
-        nxt = _dim_step(m, chain[-1], depth)
-        if nxt is None or nxt in chain:
-            return chain
-        chain.append(nxt)
-    return chain
-
-
-_SAME_SHAPE = {"Cast", "Neg", "Identity", "Softmax", "Sqrt", "Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Abs", "Dropout",
-               "Cos", "Sin", "Reciprocal", "LayerNormalization", "Gelu", "Softplus", "IsNaN", "Not",
-               "DynamicQuantizeLinear", "DequantizeLinear", "QuantizeLinear"}
-
-
-def static_size(m: Match, value: str, axis: int, depth: int = 0) -> int | None:
-    """The size of dim ``axis`` of ``value`` when the graph fixes it, read through the ops that
-    carry it where inference gave up (a Reshape target built from Shape pieces, then Transpose,
-    rotary's broadcasting Mul/Add, Concat/Slice on other axes, repeat_kv's Expand and Reshape)."""
-    dims, graph, shapes = m.facts.dims, m.graph, m.facts.shapes
-    known = dims.static(value, axis)
-    if known is not None or depth > 24:
-        return known
-    node, r = graph.producer(value), shapes.rank(value)
-    if node is None or r is None or not 0 <= axis < r:
-        return None
-    op, ins = node.op_type, node.inputs
-    if node.domain == MS_DOMAIN:
-        return static_size(m, ins[0], axis, depth + 1) if op == "RotaryEmbedding" else None
-    if node.domain not in ("", "ai.onnx"):
-        return None
-    if op in _SAME_SHAPE:
-        return static_size(m, ins[0], axis, depth + 1)
-    if op in ("Add", "Sub", "Mul", "Div", "Where"):  # the original runs: every input not 1 there has the size
-        sizes = []
-        for v in ins:
-            rv = shapes.rank(v)
-            pos = axis - (r - rv) if rv is not None else -1
-            if rv is None:
-                return None
-            if pos >= 0:
-                sizes.append(static_size(m, v, pos, depth + 1))
-        big = [z for z in sizes if z is not None and z != 1]
-        return big[0] if big else (1 if sizes and all(z == 1 for z in sizes) else None)
-    if op == "Transpose":
-        perm = node.attr("perm")
-        return static_size(m, ins[0], int(perm[axis]), depth + 1) if perm is not None and len(perm) == r else None
-    if op in ("Concat", "Slice"):
-        step = _dim_step(m, (value, axis))
-        return static_size(m, step[0], step[1], depth + 1) if step is not None else None
-    if op == "Unsqueeze":
-        axes = _const_axes(m, node)
-        if axes is None or axis in axes:
-            return 1 if axes is not None else None
-        return static_size(m, ins[0], axis - sum(a < axis for a in axes), depth + 1)
-    if op in ("Reshape", "Expand"):
-        pieces = shape_pieces(graph, shapes, ins[1])
-        if pieces is None or len(pieces) != r:
-            return None
-        piece = pieces[axis]
-        if isinstance(piece, tuple):
-            size = static_size(m, piece[0], piece[1], depth + 1)
-        elif op == "Reshape" and piece == 0 and not node.attr("allowzero", 0):
-            size = static_size(m, ins[0], axis, depth + 1)
-        elif op == "Reshape" and piece == -1:
-            size = _minus_one(m, node, pieces, axis, depth)
-        else:
-            size = piece
-        if op == "Expand" and size == 1:
-            rv = shapes.rank(ins[0])
-            pos = axis - (r - rv) if rv is not None else -1
-            return static_size(m, ins[0], pos, depth + 1) if pos >= 0 else 1
-        return size if isinstance(size, int) and size >= 0 else None
-    return None
-
-
-def _const_axes(m: Match, node) -> list[int] | None:
-    axes = node.attr("axes")
-    if axes is None and len(node.inputs) > 1 and node.inputs[1]:
-        axes = m.graph.const(node.inputs[1])
-    r = m.facts.shapes.rank(node.outputs[0])
-    if axes is None or r is None:
-        return None
-    return sorted(int(a) + r if int(a) < 0 else int(a) for a in np.reshape(axes, -1))
-
-
-def _minus_one(m: Match, node, pieces: list, axis: int, depth: int) -> int | None:
-    """A Reshape's -1 from the element counts, when every dim but matching copies is fixed."""
-    source = node.inputs[0]
-    r_in = m.facts.shapes.rank(source)
-    if r_in is None:
-        return None
-    left = list(range(r_in))
-    out_product = 1
-    for j, piece in enumerate(pieces):
-        if j == axis:
-            continue
-        if piece == 0 and not node.attr("allowzero", 0) and j < r_in and j in left:
-            left.remove(j)
-            continue
-        if isinstance(piece, tuple):
-            same = [i for i in left if _same_dim(m, piece, (source, i))]
-            if same:
-                left.remove(same[0])
-                continue
-            piece = static_size(m, piece[0], piece[1], depth + 1)
-        if not isinstance(piece, int) or piece <= 0:
-            return None
-        out_product *= piece
-    sizes = [static_size(m, source, i, depth + 1) for i in left]
-    if any(z is None for z in sizes) or out_product == 0:
-        return None
-    total = int(np.prod(sizes, dtype=np.int64))
-    return total // out_product if total % out_product == 0 else None
-
-
-def _concat_parts(m: Match, dim: Dim) -> list[Dim] | None:
-    value, axis = dim
-    node = m.graph.producer(value)
-    r = m.facts.shapes.rank(value)
-    if node is None or node.op_type != "Concat" or r is None or node.domain not in ("", "ai.onnx"):
-        return None
-    cat = node.attr("axis", 0)
-    return [(v, axis) for v in node.inputs] if (cat + r if cat < 0 else cat) == axis else None
-
-
-def _dim_step(m: Match, dim: Dim, depth: int = 0) -> Dim | None:
-    """Where an output dim comes from, one producer up, past what ``Dims.root`` follows: a
-    Reshape's or Expand's target piece, a Concat's or Slice's untouched axis, and a broadcasting
-    op whose inputs that are not 1 there are provably one dim (rotary's x·cos + rot(x)·sin)."""
-    value, axis = dim
-    graph, shapes = m.graph, m.facts.shapes
-    node = graph.producer(value)
-    if node is not None and node.domain == MS_DOMAIN and node.op_type == "RotaryEmbedding":
-        return (node.inputs[0], axis)  # same shape as its input, 3-D or 4-D
-    if node is None or node.domain not in ("", "ai.onnx"):
-        return None
-    r = shapes.rank(value)
-    if node.op_type in _SAME_SHAPE:
-        return (node.inputs[0], axis) if shapes.rank(node.inputs[0]) == r else None
-    if node.op_type in ("Concat", "Slice") and r is not None:
-        if node.op_type == "Concat":
-            cat = node.attr("axis", 0)
-            touched = [cat + r if cat < 0 else cat]
-        else:
-            axes = graph.const(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else np.arange(r)
-            touched = None if axes is None else [int(a) + r if a < 0 else int(a) for a in np.reshape(axes, -1)]
-        return (node.inputs[0], axis) if touched is not None and axis not in touched else None
-    matmul = node.op_type in ("MatMul", "MatMulInteger")
-    if matmul and r is not None and axis == r - 2 and shapes.rank(node.inputs[0]) == r:
-        return (node.inputs[0], axis)  # rows of A
-    matmul_batch = matmul and r is not None and axis < r - 2
-    if (node.op_type in ("Add", "Sub", "Mul", "Div", "Where") or matmul_batch) and r is not None:
-        candidates = []
-        for v in node.inputs:
-            rv = shapes.rank(v)
-            if rv is None:
-                return None
-            pos = axis - (r - rv)
-            if matmul_batch and pos >= rv - 2:
-                return None
-            if pos >= 0 and m.facts.dims.static(v, pos) != 1:
-                candidates.append((v, pos))
-        if candidates and all(_same_dim(m, candidates[0], c, depth + 1) for c in candidates[1:]):
-            return candidates[0]
-        return None
-    if node.op_type not in ("Reshape", "Expand"):
-        return None
-    pieces = shape_pieces(graph, shapes, node.inputs[1])
-    r_in = shapes.rank(node.inputs[0])
-    if pieces is None or r is None or r_in is None or len(pieces) != r or not 0 <= axis < r:
-        return None
-    piece = pieces[axis]
-    if node.op_type == "Expand":
-        pos = axis - (r - r_in)
-        if piece == 1 and pos >= 0:
-            return (node.inputs[0], pos)
-        if isinstance(piece, tuple) and (pos < 0 or m.facts.dims.static(node.inputs[0], pos) == 1):
-            return piece
-        if isinstance(piece, tuple) and m.facts.dims.equal(piece, (node.inputs[0], pos)):
-            return (node.inputs[0], pos)
-        return None
-    if isinstance(piece, tuple):
-        return piece
-    if piece == 0 and not node.attr("allowzero", 0) and axis < r_in:
-        return (node.inputs[0], axis)
-    if piece == -1:
-        return _inferred_dim(m, node, pieces, axis)
-    return None
-
-
-def _inferred_dim(m: Match, node, pieces: list, axis: int) -> Dim | None:
-    """A Reshape's -1 at ``axis`` is one input dim when the element counts say so: every other
-    target dim is a constant, or copies/equals an input dim (which then cancels); the input has
-    exactly one dim left that is not a constant, and the constants' products agree — a head
-    split [B, -1, n, h] of [B, S, n·h], repeat_kv's [B, N, -1, h] of [B, kv, g, T, h]."""
-    source, dims = node.inputs[0], m.facts.dims
-    r_in = m.facts.shapes.rank(source)
-    left = list(range(r_in))
-    out_product = 1
-    for j, piece in enumerate(pieces):
-        if j == axis:
-            continue
-        if piece == 0 and not node.attr("allowzero", 0) and j < r_in and j in left:
-            left.remove(j)
-        elif isinstance(piece, int) and piece > 0:
-            out_product *= piece
-        elif isinstance(piece, tuple):
-            same = [i for i in left if dims.equal(piece, (source, i))]
-            if not same:
-                return None
-            left.remove(same[0])
-        else:
-            return None
-    unknown = [i for i in left if dims.static(source, i) is None]
-    if len(unknown) != 1:
-        return None
-    in_product = int(np.prod([dims.static(source, i) for i in left if i != unknown[0]], dtype=np.int64))
-    return (source, unknown[0]) if in_product == out_product else None
 
 
 def kv_value(m: Match, t: str) -> str:
@@ -508,7 +255,7 @@ def _past_form(m: Match, n: int, h: int, seq: Dim) -> bool:
         past = m[f"past_{t}"]
         if static_size(m, past, 1) != n or static_size(m, past, 3) != h:
             return False
-        if not _same_dim(m, (m[f"{t}3"], 1), seq):
+        if not same_dim(m, (m[f"{t}3"], 1), seq):
             return False
         if any(user.id not in inside for user, _ in m.graph.uses(m.node(f"cat_{t}").outputs[0])):
             return False
@@ -687,155 +434,3 @@ def _is_causal(m: Match, cond: str, x: str) -> bool:
         if e is None or (isinstance(e, int) and dims.static(x, 1) != e) or (not isinstance(e, int) and not dims.equal(e, (x, 1))):
             return False
     return True
-
-
-# ---------------------------------------------------------------------- replacements
-
-
-def _dim_tensor(rw: Rewrite, value: str, axis: int, suffix: str) -> str:
-    """A [1] int64 tensor holding dim ``axis`` of ``value`` (nodes named ``suffix``: unique per rewrite)."""
-    if rw.ctx.opset("") >= 15:
-        return rw.add("Shape", [value], attrs={"start": axis, "end": axis + 1}, suffix=suffix).outputs[0]
-    full = rw.add("Shape", [value], suffix=f"{suffix}_shape").outputs[0]  # no start/end before opset 15
-    index = rw.initializer(np.array([axis], dtype=np.int64), "axis")
-    return rw.add("Gather", [full, index], attrs={"axis": 0}, suffix=suffix).outputs[0]
-
-
-def _length(m: Match, rw: Rewrite, pieces: list[tuple[str, int]], suffix: str) -> str:
-    """A [1] int64 tensor: the sum of the dims ``pieces`` (a static number when all are known)."""
-    static = [m.facts.dims.static(*p) for p in pieces]
-    if all(s is not None for s in static):
-        return rw.initializer(np.array([sum(static)], dtype=np.int64), suffix)
-    total = _dim_tensor(rw, *pieces[0], suffix=f"{suffix}0")
-    for i, piece in enumerate(pieces[1:], 1):
-        total = rw.add("Add", [total, _dim_tensor(rw, *piece, suffix=f"{suffix}{i}")], suffix=f"{suffix}_sum{i}").outputs[0]
-    return total
-
-
-def _bias(m: Match, rw: Rewrite, q_seq: tuple[str, int], kv: list[tuple[str, int]], whole: Dim | None = None) -> str:
-    """The additive mask expanded to [·, ·, S, T], as the kernels require (shared by every layer):
-    S the query length (the dim ``q_seq``), T the key length, the sum of the dims ``kv`` (the new
-    keys', plus the past's when there is one). Cross-attention has T != S: expanding to [S, S]
-    wrote a model that fails whenever decoder and encoder lengths differ."""
-    mask, facts, graph = m["mask"], m.facts, m.graph
-    dims = facts.dims
-    rank = facts.shapes.rank(mask)
-    whole = whole or (kv[0] if len(kv) == 1 else None)  # a value whose dim is T, for the proof only
-    if rank == 4 and whole is not None and _same_dim(m, (mask, 2), q_seq) and _same_dim(m, (mask, 3), whole):
-        return mask
-    key = "|".join([mask, repr(dims.root(*q_seq))] + [repr(dims.root(*p)) for p in kv])
-    if key in facts.expanded and graph.has_value(facts.expanded[key]):
-        return facts.expanded[key]
-    q_len = _length(m, rw, [q_seq], "q_len")
-    kv_len = q_len if len(kv) == 1 and dims.equal(kv[0], q_seq) else _length(m, rw, kv, "kv_len")
-    if graph.const(q_len) is not None and graph.const(kv_len) is not None:
-        sizes = [1, 1, int(graph.const(q_len)[0]), int(graph.const(kv_len)[0])]
-        target = rw.initializer(np.array(sizes, dtype=np.int64), "bias_shape")
-    else:
-        ones = rw.initializer(np.array([1, 1], np.int64), "ones")
-        target = rw.add("Concat", [ones, q_len, kv_len], attrs={"axis": 0}, suffix="bias_shape").outputs[0]
-    facts.expanded[key] = rw.add("Expand", [mask, target], suffix="attention_bias").outputs[0]
-    return facts.expanded[key]
-
-
-def _attrs(m: Match) -> dict:
-    attrs = {"num_heads": m.extra["heads"], "scale": float(m.extra["scale"])}
-    if m.extra["causal"] is not None:
-        attrs.update(unidirectional=1, mask_filter_value=float(m.extra["causal"]))
-    return attrs
-
-
-def _finish(m: Match, rw: Rewrite, fused: str) -> str:
-    """Record the fused value's shape; keep the merge Reshape when its target is not [B, S, H].
-
-    Behind a mask that may hold -inf, the sdpa NaN guard moves to the fused output: a row with no
-    visible key is NaN there and 0 in the original, and nowhere else does the output hold a NaN
-    the original's product with v would not.
-    """
-    dtype = m.extra.get("dtype", TensorProto.FLOAT)
-    (b, b_axis), (s, s_axis) = m.extra["q_dims"]
-    b_shape, s_shape = m.facts.shapes.shape(b), m.facts.shapes.shape(s)
-    dims = [b_shape[b_axis] if b_shape else None, s_shape[s_axis] if s_shape else None,
-            m.extra["heads"] * m.extra["head_size"]]
-    record_shape(m.graph, m.facts.shapes, fused, dims, dtype)
-    if m.extra["guard"]:  # shapes recorded too: later proofs walk through the guard to the fused op
-        nan = rw.add("IsNaN", [fused], suffix="is_nan").outputs[0]
-        record_shape(m.graph, m.facts.shapes, nan, dims, TensorProto.BOOL)
-        zero = rw.initializer(np.zeros((), helper.tensor_dtype_to_np_dtype(dtype)), "zero")
-        fused = rw.add("Where", [nan, zero, fused], suffix="nan_guard").outputs[0]
-        record_shape(m.graph, m.facts.shapes, fused, dims, dtype)
-    for reader in m.extra["other_readers"]:  # same element order: only the Reshape's input changes
-        m.graph.set_input(reader, 0, fused)
-    if m.extra["out_identity"]:
-        return fused
-    out = m.node("out")
-    return rw.add("Reshape", [fused, out.inputs[1]], attrs={"allowzero": out.attr("allowzero", 0)},
-                  suffix="reshape").outputs[0]
-
-
-def emit_attention(m: Match, rw: Rewrite) -> str:
-    use_ms_domain(m.ctx)
-    x = m["x"]
-    widths = [w.shape[1] for w in m.extra["weights"]]
-    weight = rw.initializer(np.concatenate(m.extra["weights"], axis=1).astype(np.float32), "qkv_weight")
-    biases = [b if b is not None else np.zeros(n, np.float32) for b, n in zip(m.extra["biases"], widths)]
-    bias = rw.initializer(np.concatenate(biases).astype(np.float32), "qkv_bias")
-    inputs = [x, weight, bias] + (["", "", _bias(m, rw, (x, 1), [(x, 1)])] if m.get("mask") else [])
-    attrs = _attrs(m)
-    if len(set(widths)) > 1:
-        attrs["qkv_hidden_sizes"] = widths
-    return _finish(m, rw, rw.add("Attention", inputs, attrs=attrs, domain=MS_DOMAIN).outputs[0])
-
-
-def emit_multi_head(m: Match, rw: Rewrite) -> str:
-    """MultiHeadAttention on q, k, v [B, S, H]: ``q`` before a pre-scaling Mul (Whisper scales q
-    first), whose factor the ``scale`` attribute already holds; the head split reads the Mul's output."""
-    use_ms_domain(m.ctx)
-    q_in = m.extra["q_in"]
-    inputs = [m["q"], m["k"], m["v"]] + (["", "", _bias(m, rw, (q_in, 1), [(m["k"], 1)])] if m.get("mask") else [])
-    return _finish(m, rw, rw.add("MultiHeadAttention", inputs, attrs=_attrs(m), domain=MS_DOMAIN).outputs[0])
-
-
-def emit_onnx_attention(m: Match, rw: Rewrite) -> str:
-    """ONNX Attention on q, k, v [B, S, H], projected by one packed MatMul (+ Add) and a Split."""
-    x, hidden = m["x"], m.extra["heads"] * m.extra["head_size"]
-    weight = rw.initializer(np.concatenate(m.extra["weights"], axis=1).astype(np.float32), "qkv_weight")
-    packed = rw.add("MatMul", [x, weight], suffix="qkv").outputs[0]
-    if any(b is not None for b in m.extra["biases"]):
-        biases = [b if b is not None else np.zeros(hidden, np.float32) for b in m.extra["biases"]]
-        bias = rw.initializer(np.concatenate(biases).astype(np.float32), "qkv_bias")
-        packed = rw.add("Add", [packed, bias], suffix="qkv_bias").outputs[0]
-    sizes = rw.initializer(np.array([hidden] * 3, np.int64), "qkv_split")
-    qkv = list(rw.add("Split", [packed, sizes], 3, {"axis": -1}, suffix="qkv_split").outputs)
-    attrs = {"q_num_heads": m.extra["heads"], "kv_num_heads": m.extra["heads"], "scale": float(m.extra["scale"])}
-    if m.extra["causal"] is not None:
-        attrs["is_causal"] = 1
-    inputs = qkv + ([_bias(m, rw, (x, 1), [(x, 1)])] if m.get("mask") else [])
-    return _finish(m, rw, rw.add("Attention", inputs, attrs=attrs).outputs[0])
-
-
-def emit_cached(m: Match, rw: Rewrite) -> str:
-    """MultiHeadAttention on q [B, S, N·h] and k, v [B, N, T, h] as they are (the kernel's 4-D
-    key/value form: T may be anything — past and new keys, encoder states). Queries that are
-    not a head split of a [B, S, N·h] value get the merge back: Transpose, Reshape [0, 0, N·h]."""
-    use_ms_domain(m.ctx)
-    n, h = m.extra["heads"], m.extra["head_size"]
-    if m.get("q3"):
-        query = m["q3"]
-    else:
-        merged = rw.add("Transpose", [m["q4"]], attrs={"perm": [0, 2, 1, 3]}, suffix="query_merge").outputs[0]
-        target = rw.initializer(np.array([0, 0, n * h], np.int64), "query_shape")
-        query = rw.add("Reshape", [merged, target], suffix="query").outputs[0]
-    q_seq, k4 = m.extra["q_dims"][1], kv_value(m, "k")
-    if m.extra["past"]:  # the cache goes in, the present comes out under the Concats' names
-        kv = [(m["past_k"], 2), (m["k3"], 1)]
-        bias = _bias(m, rw, q_seq, kv, whole=(k4, 2)) if m.get("mask") else ""
-        present = [rw.take_over(m.node(f"cat_{t}").outputs[0]) for t in "kv"]
-        out = rw.graph.fresh_name(f"{rw.name}_out")
-        inputs = [query, m["k3"], m["v3"], "", "", bias, m["past_k"], m["past_v"]]
-        node = rw.add("MultiHeadAttention", inputs, [out, *present], attrs=_attrs(m), domain=MS_DOMAIN)
-        return _finish(m, rw, node.outputs[0])
-    bias = ["", "", _bias(m, rw, q_seq, [(k4, 2)])] if m.get("mask") else []
-    node = rw.add("MultiHeadAttention", [query, k4, kv_value(m, "v")] + bias, attrs=_attrs(m), domain=MS_DOMAIN)
-    return _finish(m, rw, node.outputs[0])
-

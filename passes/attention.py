@@ -12,8 +12,9 @@ variants today's exporters write (each is data below, not a branch)::
     p      = Softmax(s, -1) (then Where(IsNaN(p), 0, p): the dynamo sdpa guard)
     y      = Reshape(Transpose(p @ h_v (then a no-op Reshape), 0213), [B, S, N·h])
 
-The checks (``attention_parts.py``) prove what a pattern cannot: the head split and merge
-targets, the scale, the mask's rank, a causal condition. Emitted: ``com.microsoft.Attention``
+The checks (``_attention_parts.py``, their dim proofs in ``_attention_dims.py``) prove what a
+pattern cannot: the head split and merge targets, the scale, the mask's rank, a causal condition;
+the replacements are ``_attention_emit.py``. Emitted: ``com.microsoft.Attention``
 (packed QKV) or, for projections that are not constant, ``MultiHeadAttention`` with
 ``--target ort``; ONNX ``Attention`` (opset >= 23) with ``--target onnx``.
 
@@ -54,6 +55,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from graphtool.passes import _attention_emit as emit
 from graphtool.passes import _attention_parts as parts
 from graphtool.passes._ort_common import contrib_allowed
 
@@ -144,14 +146,14 @@ def _cached_core() -> object:
 
 
 _packed = _linear("qkv")
-SELF_ATTENTION = Rule("self-attention", _core(*_qkv_sources(_packed)), parts.emit_attention,
+SELF_ATTENTION = Rule("self-attention", _core(*_qkv_sources(_packed)), emit.emit_attention,
                       parts.check_self_attention_ort, emits="Attention")
 PROJECTED = Rule("projected-attention", _core(Var("q", rank=3), Var("k", rank=3), Var("v", rank=3)),
-                 parts.emit_multi_head, parts.check_projected, emits="MultiHeadAttention")
-UNPACKED = Rule("unpacked-attention", PROJECTED.pattern, parts.emit_multi_head, parts.check_projected,
+                 emit.emit_multi_head, parts.check_projected, emits="MultiHeadAttention")
+UNPACKED = Rule("unpacked-attention", PROJECTED.pattern, emit.emit_multi_head, parts.check_projected,
                 emits="MultiHeadAttention")
-CACHED = Rule("cached-attention", _cached_core(), parts.emit_cached, parts.check_cached, emits="MultiHeadAttention")
-ONNX_ATTENTION = Rule("onnx-attention", SELF_ATTENTION.pattern, parts.emit_onnx_attention,
+CACHED = Rule("cached-attention", _cached_core(), emit.emit_cached, parts.check_cached, emits="MultiHeadAttention")
+ONNX_ATTENTION = Rule("onnx-attention", SELF_ATTENTION.pattern, emit.emit_onnx_attention,
                       parts.check_self_attention, emits="Attention")
 
 
