@@ -178,9 +178,12 @@ OPT_IN_LEVEL = 4
 
 @register(level=OPT_IN_LEVEL, target="ort", priority=44)
 class FuseAttentionMha(_AttentionPass):
-    """Fuse self-attention into com.microsoft MultiHeadAttention, the q/k/v projections left unpacked (opt-in)."""
+    """Fuse self-attention into com.microsoft MultiHeadAttention, the q/k/v projections left unpacked
+    (opt-in: tune's "attention as MultiHeadAttention" runs it instead of fuse-attention-ort). A
+    decoder's cached attention is MultiHeadAttention in both forms, so it is fused here too: without
+    it the variant would be "attention off" on a decoder under another name."""
 
-    rules = (UNPACKED,)
+    rules = (UNPACKED, CACHED)
 
     def applies(self, graph: Graph, ctx: PassContext) -> bool:
         return ctx.target == "ort" and contrib_allowed(graph, ctx, "MultiHeadAttention")

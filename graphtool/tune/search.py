@@ -241,8 +241,9 @@ class _Search:
                 continue
             sets.append(RewriteSet(f"level 2, {family} off", 2, passes))
         slow_passes = tuple(sorted({p for op in slower for p in FUSED_OPS.get(op, ("", (), None))[1]}))
-        for name, (family, skip, extra) in VARIANTS.items():  # another form of the family's fusion
-            if not self.kernels or family in present:  # with the slower kernels off too: else they decide
+        made = {k.op for k in self.kernels}
+        for name, (family, skip, extra, re_forms) in VARIANTS.items():  # another form of the family's fusion
+            if not self.kernels or re_forms in made:  # with the slower kernels off too: else they decide
                 extra = tuple(p for p in extra if p not in slow_passes)
                 sets.append(RewriteSet(f"level 2, {name}" + (", slower kernels off" if slower else ""), 2,
                                        tuple(sorted(set(skip) | set(slow_passes))), extra))

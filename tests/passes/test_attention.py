@@ -359,3 +359,18 @@ def test_v_narrower_than_q_and_k_uses_qkv_hidden_sizes():
     # ONNX Attention (opset 23) has no such attribute: left alone there
     _, kept, _ = run(varied_model(opset=23), ["fuse-attention"])
     assert "Attention" not in ops(kept)
+
+
+def test_the_multi_head_attention_form_keeps_a_decoders_cached_attention():
+    """On a KV-cache decoder, tune's "attention as MultiHeadAttention" set fuses each cached
+    attention as level 2 does (MultiHeadAttention with the cache), not leave it as MatMul/Softmax:
+    else the set is "attention off" under another name (the 6-layer Qwen3 of
+    bench/decoder_latency.py kept 6 Softmax and measured 8% slower than level 2)."""
+    from graphtool.io import load
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "decoder", "llama_kv.onnx")
+    model = load(path)
+    level2, _, _ = optimize(model, level=2, target="ort")
+    mha = level2_with_mha(model)
+    assert ops(mha)["com.microsoft:MultiHeadAttention"] == ops(level2)["com.microsoft:MultiHeadAttention"] >= 1
+    assert "Softmax" not in ops(mha)

@@ -476,3 +476,12 @@ def test_onnxruntime_fusions_are_not_inspected_past_the_budget() -> None:
     result = tune(timer, _always_ok, clock, budget=60, cores=1)
     assert len(timer.inspected) == 1
     assert any("onnxruntime's fusions not inspected (budget spent)" in s for s in result.skipped)
+
+
+def test_no_attention_variant_where_level_2_makes_no_packed_attention() -> None:
+    """A decoder's level 2 makes MultiHeadAttention (its cached attention), no packed Attention:
+    the unpacked form has nothing to re-form, so it is not raced as a set of its own."""
+    clock = FakeClock()
+    timer = FakeTimer(clock, lambda c: 10e-3, kernels={"MultiHeadAttention": _kernel(1e-4, 1e-4)})
+    tune(timer, _always_ok, clock, budget=1000, threads=1, cores=1)
+    assert not any(c.rewrite.extra for c in timer.timed)
