@@ -209,6 +209,17 @@ def _dim_step(m: Match, dim: Dim, depth: int = 0) -> Dim | None:
         if candidates and all(same_dim(m, candidates[0], c, depth + 1) for c in candidates[1:]):
             return candidates[0]
         return None
+    if node.op_type == "Tile" and r is not None:
+        # out dim = in dim × repeats: a repeat of 1 keeps the input's dim; an input dim of 1 takes
+        # the repeat (Whisper's positions: Tile([1, S] positions, [B, 1]) → [B, S])
+        repeats = shape_pieces(graph, shapes, node.inputs[1])
+        if repeats is None or len(repeats) != r or not 0 <= axis < r:
+            return None
+        if repeats[axis] == 1:
+            return (node.inputs[0], axis)
+        if isinstance(repeats[axis], tuple) and static_size(m, node.inputs[0], axis, depth + 1) == 1:
+            return repeats[axis]
+        return None
     if node.op_type not in ("Reshape", "Expand"):
         return None
     pieces = shape_pieces(graph, shapes, node.inputs[1])

@@ -148,12 +148,23 @@ def llama_layer(kv_heads: int = 2, rotary: bool = True, scale_form: str = "div",
     return b.model()
 
 
-def bart_decoder_layer(cached_cross: bool = False, encoder_mask: bool = True) -> onnx.ModelProto:
+def bart_decoder_layer(cached_cross: bool = False, encoder_mask: bool = True,
+                       tiled_positions: bool = False) -> onnx.ModelProto:
     """BART/Whisper decoder layer: self-attention over past + new keys (causal + padding mask
     [B, 1, S, P+S]), then cross-attention over the encoder's states (projected here, or the
-    cached [B, N, L, h] keys and values of a decode step) with the encoder's padding mask."""
+    cached [B, N, L, h] keys and values of a decode step) with the encoder's padding mask.
+    ``tiled_positions``: the layer's input is x + embed_positions(Tile(positions [1, S], [B, 1])),
+    as Whisper's TorchScript export writes it (the batch dim reaches q through the Tile)."""
     b = _Builder(1)
     x = b.input("x", ["batch", "seq", H])
+    if tiled_positions:
+        seq = b.op("Squeeze", [b.dim(x, 1), b.const(np.array([0], np.int64))])
+        positions = b.op("Unsqueeze", [b.op("Range", [b.const(np.array(0, np.int64)), seq,
+                                                      b.const(np.array(1, np.int64))]),
+                                       b.const(np.array([0], np.int64))])
+        repeats = b.op("Concat", [b.dim(x, 0), b.const(np.array([1], np.int64))], axis=0)
+        table = b.const((b.rng.standard_normal((64, H)) * 0.1).astype(np.float32))
+        x = b.op("Add", [x, b.op("Gather", [table, b.op("Tile", [positions, repeats])])])
     mask = b.input("mask", ["batch", 1, "seq", "total"])
     past_k = b.input("past_key", ["batch", N, "past", HD])
     past_v = b.input("past_value", ["batch", N, "past", HD])

@@ -57,10 +57,11 @@ def test_cross_attention_mask_expands_to_decoder_by_encoder(form):
     ("gqa_dynamo_sdpa", lambda: dm.llama_layer(kv_heads=2, rotary=False, scale_form="sdpa")),
     ("bart_cached_cross", lambda: dm.bart_decoder_layer(cached_cross=True)),
     ("bart_no_encoder_mask", lambda: dm.bart_decoder_layer(encoder_mask=False)),
+    ("whisper_tiled_positions", lambda: dm.bart_decoder_layer(tiled_positions=True)),
 ])
 def test_decoder_layers_fuse_at_level_2_and_run_at_other_sizes(name, build):
     proto = build()
-    expected = 2 if name.startswith("bart") else 1
+    expected = 2 if name.startswith(("bart", "whisper")) else 1
     fused_and_equal(proto, expected)
 
 
