@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import sys
 import time
 
@@ -70,7 +71,8 @@ def build_inputs(model: onnx.ModelProto, recipe: dict, past: int, new: int, enc:
 
 
 def expected_attention(recipe: dict) -> int:
-    layers = len({k.split(".")[1] for k in recipe.get("past", {})})
+    # the layer is the first number in a cache input's name: past_key_values.3.key, input.cache.layers.3.keys
+    layers = len({re.search(r"\d+", k).group() for k in recipe.get("past", {})})
     return layers * (2 if recipe["kind"] == "seq2seq_decoder" else 1)
 
 

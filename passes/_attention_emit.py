@@ -87,6 +87,16 @@ def _finish(m: Match, rw: Rewrite, fused: str) -> str:
         zero = rw.initializer(np.zeros((), helper.tensor_dtype_to_np_dtype(dtype)), "zero")
         fused = rw.add("Where", [nan, zero, fused], suffix="nan_guard").outputs[0]
         record_shape(m.graph, m.facts.shapes, fused, dims, dtype)
+    if m.get("empty_rows") is not None:  # the rows no key was visible to stay 0, now after the merge
+        rows = m["empty_rows"]
+        if m.ctx.opset("") >= 13:
+            axes = rw.initializer(np.array([1], np.int64), "empty_rows_axes")
+            rows = rw.add("Squeeze", [rows, axes], suffix="empty_rows").outputs[0]
+        else:
+            rows = rw.add("Squeeze", [rows], attrs={"axes": [1]}, suffix="empty_rows").outputs[0]
+        zero = rw.initializer(np.zeros((), helper.tensor_dtype_to_np_dtype(dtype)), "empty_fill")
+        fused = rw.add("Where", [rows, zero, fused], suffix="empty_rows_where").outputs[0]
+        record_shape(m.graph, m.facts.shapes, fused, dims, dtype)
     for reader in m.extra["other_readers"]:  # same element order: only the Reshape's input changes
         m.graph.set_input(reader, 0, fused)
     if m.extra["out_identity"]:

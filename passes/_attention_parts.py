@@ -222,6 +222,11 @@ def check_cached(m: Match) -> str | None:
     if why:
         return why
     guard = m.get("nan_fill") is not None and m.get("mask") is not None and not _finite(m.graph, m["mask"])
+    if m.get("empty_rows") is not None:
+        if m.scalar("empty_fill") != 0:
+            return "the rows of queries that see no key are filled with something other than 0"
+        if static_size(m, m["empty_rows"], 1) != 1 or static_size(m, m["empty_rows"], 3) != 1:
+            return "the condition zeroing rows is not provably [B, 1, S, 1] (one per query, for all heads)"
     m.extra["past"] = _past_form(m, n, h, seq)
     if m.get("q3"):
         m.dims[m.node("rs_q").outputs[0]] = [batch, seq, n, h]

@@ -140,7 +140,11 @@ def _cached_core() -> object:
     scaled = either(op.Div(scores, number("s_div")), op.Mul(scores, number("s_mul")), scores)
     softmax = op.Softmax(either(op.Add(scaled, Var("mask")), scaled), axis=OneOf(-1, 3), _name="softmax")
     probs = either(op.Where(op.IsNaN(softmax), Scalar("nan_fill"), softmax), softmax)
-    context = opt(op.Reshape(op.MatMul(probs, v4), Var("ctx_shape"), _name="ctx_reshape"))
+    attended = op.MatMul(probs, v4)
+    # transformers 5's sdpa zeroes the rows of queries that see no key: Where(no key [B, 1, S, 1], 0, ·)
+    attended = either(op.Where(Var("empty_rows", rank=4), Scalar("empty_fill"), attended, _name="empty_where"),
+                      attended)
+    context = opt(op.Reshape(attended, Var("ctx_shape"), _name="ctx_reshape"))
     merged = op.Transpose(context, perm=HEADS, _name="merge", _shared=True)
     return op.Reshape(merged, Var("out_shape"), _name="out")
 

@@ -76,8 +76,11 @@ class _Builder:
 
     # ------------------------------------------------------------------ attention pieces
 
-    def sdpa(self, q4: str, k4: str, v4: str, mask: str | None, like: str, scale_form: str = "div") -> str:
-        """softmax(q·kᵀ/√h + mask)·v, merged back to [B, S, H]."""
+    def sdpa(self, q4: str, k4: str, v4: str, mask: str | None, like: str, scale_form: str = "div",
+             zero_empty_rows: bool = False) -> str:
+        """softmax(q·kᵀ/√h + mask)·v, merged back to [B, S, H]. ``zero_empty_rows``: the rows of
+        queries that see no key (every bias of the row < 0) are set to 0, as transformers 5's sdpa
+        writes it: Where(ReduceSum(visible, -1) < 1, 0, ·)."""
         kt = self.op("Transpose", [k4], perm=[0, 1, 3, 2])
         if scale_form == "div":
             scores = self.op("Div", [self.op("MatMul", [q4, kt]), self.const(np.array(np.sqrt(HD), np.float32))])
@@ -87,6 +90,11 @@ class _Builder:
         if mask is not None:
             scores = self.op("Add", [scores, mask])
         ctx = self.op("MatMul", [self.op("Softmax", [scores], axis=-1), v4])
+        if zero_empty_rows:
+            visible = self.op("Cast", [self.op("Equal", [mask, self.const(np.array(0.0, np.float32))])], to=self.dtype)
+            seen = self.op("ReduceSum", [visible, self.const(np.array([-1], np.int64))], keepdims=1)
+            ctx = self.op("Where", [self.op("Less", [seen, self.const(np.array(1.0, np.float32))]),
+                                    self.const(np.array(0.0, np.float32)), ctx])
         target = self.op("Concat", [self.dim(like, 0), self.dim(like, 1), self.const(np.array([H], np.int64))], axis=0)
         return self.op("Reshape", [self.op("Transpose", [ctx], perm=[0, 2, 1, 3]), target])
 
@@ -119,7 +127,8 @@ class _Builder:
         return self.op("Mul", [inverted, self.const(np.array(MIN, np.float32))])
 
 
-def llama_layer(kv_heads: int = 2, rotary: bool = True, scale_form: str = "div", dtype: int = F32) -> onnx.ModelProto:
+def llama_layer(kv_heads: int = 2, rotary: bool = True, scale_form: str = "div", dtype: int = F32,
+                zero_empty_rows: bool = False) -> onnx.ModelProto:
     """Llama/Qwen/Mistral self-attention with a KV cache: rotary on q and k, past concat, grouped
     KV heads repeated, the causal + padding mask given as [B, 1, S, P+S] (what the model's mask
     code computes from attention_mask and cache positions)."""
@@ -143,7 +152,7 @@ def llama_layer(kv_heads: int = 2, rotary: bool = True, scale_form: str = "div",
     v_all = b.output(v_all, "present_value", ["batch", kv_heads, "total", HD])
     if kv_heads != N:
         k_all, v_all = b.repeat_kv(k_all, N // kv_heads, kv_heads), b.repeat_kv(v_all, N // kv_heads, kv_heads)
-    y = b.sdpa(q4, k_all, v_all, mask, x, scale_form)
+    y = b.sdpa(q4, k_all, v_all, mask, x, scale_form, zero_empty_rows)
     b.output(b.linear(y, H, bias=False), "y", ["batch", "seq", H])
     return b.model()
 

@@ -58,6 +58,7 @@ def test_cross_attention_mask_expands_to_decoder_by_encoder(form):
     ("bart_cached_cross", lambda: dm.bart_decoder_layer(cached_cross=True)),
     ("bart_no_encoder_mask", lambda: dm.bart_decoder_layer(encoder_mask=False)),
     ("whisper_tiled_positions", lambda: dm.bart_decoder_layer(tiled_positions=True)),
+    ("transformers5_zeroed_rows", lambda: dm.llama_layer(kv_heads=2, zero_empty_rows=True)),
 ])
 def test_decoder_layers_fuse_at_level_2_and_run_at_other_sizes(name, build):
     proto = build()
