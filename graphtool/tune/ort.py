@@ -471,6 +471,8 @@ def tune_file(model_path: str, output: str, original: Model | None = None, targe
             timing = steps[pick]
             how = (f"{found_steps.how}: " + "; ".join(s.label.split(", ", 1)[1] for s in found_steps.steps.values())
                    + "; --prefill/--past set the step sizes")
+            prefill = found_steps.sizes.get("prefill", (prefill, 0))[0]
+            past = found_steps.sizes.get("decode", (1, past))[1]
         else:
             found = find_inputs(original, model_path, shapes, values)
             # timed at a size people run where the model accepted one (else the last set found)
@@ -483,6 +485,8 @@ def tune_file(model_path: str, output: str, original: Model | None = None, targe
                       cores=os.cpu_count() or 1, progress=progress)
         timer.close()
         result.findings += timer.notes
+        if steps is not None:
+            result.findings += found_steps.smaller
         if timer.clocks:
             result.findings.append("timed with " + " and ".join(sorted(timer.clocks)) + " around session.run"
                                    + (" (CPU time where every candidate of a batch runs on one thread: other "

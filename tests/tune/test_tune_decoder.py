@@ -40,6 +40,55 @@ def test_step_inputs_are_a_prefill_and_a_decode_step() -> None:
     assert find_step_inputs(io.load(BERT), BERT, 12, 20) is None  # no KV cache: tune times as before
 
 
+def _learned_positions_decoder(table: int) -> str:
+    """A one-layer KV-cache decoder whose positions index a learned table of ``table`` rows (as
+    GPT-2's and Whisper's do): a position past the table is out of range in onnxruntime."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((32, 4)).astype(np.float32), "tokens"),
+             numpy_helper.from_array(rng.standard_normal((table, 4)).astype(np.float32), "positions"),
+             numpy_helper.from_array(np.array([1], np.int64), "axis1")]
+    nodes = [helper.make_node("Gather", ["tokens", "input_ids"], ["emb"]),
+             helper.make_node("Gather", ["positions", "position_ids"], ["pos"]),
+             helper.make_node("Add", ["emb", "pos"], ["h"]),
+             helper.make_node("Unsqueeze", ["h", "axis1"], ["k"]),
+             helper.make_node("Concat", ["past_key_values.0.key", "k"], ["present.0.key"], axis=2),
+             helper.make_node("Concat", ["past_key_values.0.value", "k"], ["present.0.value"], axis=2),
+             helper.make_node("Cast", ["attention_mask"], ["maskf"], to=TensorProto.FLOAT),
+             helper.make_node("ReduceSum", ["maskf"], ["seen"], keepdims=0),
+             helper.make_node("Mul", ["h", "seen"], ["logits"])]
+    i64, f32 = TensorProto.INT64, TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info("input_ids", i64, ["batch", "seq"]),
+              helper.make_tensor_value_info("attention_mask", i64, ["batch", "total"]),
+              helper.make_tensor_value_info("position_ids", i64, ["batch", "seq"]),
+              helper.make_tensor_value_info("past_key_values.0.key", f32, ["batch", 1, "past", 4]),
+              helper.make_tensor_value_info("past_key_values.0.value", f32, ["batch", 1, "past", 4])]
+    outputs = [helper.make_tensor_value_info("logits", f32, ["batch", "seq", 4]),
+               helper.make_tensor_value_info("present.0.key", f32, ["batch", 1, "total", 4]),
+               helper.make_tensor_value_info("present.0.value", f32, ["batch", 1, "total", 4])]
+    model = helper.make_model(helper.make_graph(nodes, "learned", inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    path = os.path.join(tempfile.mkdtemp(prefix="graphtool-test-"), "learned_positions.onnx")
+    onnx.save(model, path)
+    return path
+
+
+def test_a_step_longer_than_the_position_table_is_timed_at_the_largest_half_that_runs() -> None:
+    """Positions index a table of 64 rows: a prefill of 100 tokens and a decode step over 100
+    cached ones are refused by the original (position 64 and up), so each halves until it runs (50
+    tokens; 50 past) and says so; a step that fits is left as asked."""
+    path = _learned_positions_decoder(64)
+    steps = find_step_inputs(io.load(path), path, prefill=100, past=100)
+    assert steps.sizes == {"prefill": (50, 0), "decode": (1, 50)}
+    assert steps.steps["decode"].feeds["past_key_values.0.key"].shape == (1, 1, 50, 4)
+    assert steps.steps["prefill"].feeds["input_ids"].shape == (1, 50)
+    assert len(steps.smaller) == 2 and "past 100" in steps.smaller[1] and "50 past tokens" in steps.smaller[1]
+    fits = find_step_inputs(io.load(path), path, prefill=12, past=20)
+    assert fits.sizes == {"prefill": (12, 0), "decode": (1, 20)} and not fits.smaller
+
+
 def test_each_run_times_both_steps_and_the_sample_is_the_picked_one() -> None:
     from graphtool.tune.ort import OrtTimer
 
