@@ -1,6 +1,6 @@
 """Attention fusion on today's decoder exports: counts vs layers, outputs at sizes built by hand.
 
-    python bench/decoder_attention.py [/work/cache/today] [model ...]
+    python bench/decoder_attention.py [/work/cache/today] [--target onnx --opset 23] [model ...]
 
 Reads the corpus helper's manifest.json (tiny random-weight Llama/Qwen/Phi-3/Mistral/GPT-2
 decoders with KV caches, BART/T5/Whisper decoders with cross-attention; both torch exporters,
@@ -9,6 +9,10 @@ the attention ops reached against the layer count, and the largest difference fr
 on inputs built from the export's recipe — prefill (past 0), past 8 / new 4, a decode step
 (past 9 / new 1); encoder-decoders with decoder 5 / encoder 12. A set the original itself
 cannot run is named and skipped. Nothing is downloaded; models come from the corpus folder.
+
+``--target onnx --opset 23``: each export is first converted to opset 23 (``graphtool.convert``,
+onnx's version converter, verified), then ``optimize(level=2, target="onnx")``; the rows count
+ONNX Attention, RotaryEmbedding and RMSNormalization, outputs compared with the converted export.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import numpy as np
 import onnx
 
 from graphtool import io
+from graphtool.convert import convert
+from graphtool.ir.to_onnx import to_onnx
 from graphtool.optimize import optimize
 from graphtool.runtime import make_session
 
@@ -31,6 +37,7 @@ SETS = [("prefill", dict(past=0, new=7, enc=12, batch=2)), ("past8/new4", dict(p
         ("decode", dict(past=9, new=1, enc=12, batch=3)), ("dec5/enc12", dict(past=3, new=5, enc=12, batch=2))]
 ATTENTION = {"com.microsoft:MultiHeadAttention": "MHA", "com.microsoft:Attention": "Att",
              "com.microsoft:GroupQueryAttention": "GQA", "Attention": "onnx-Att"}
+STANDARD = {"RotaryEmbedding": "rot", "RMSNormalization": "rms"}
 
 
 def _dtype(model: onnx.ModelProto, name: str) -> np.dtype:
@@ -81,7 +88,19 @@ def op_counts(model) -> collections.Counter:
                                for n in model.graph.nodes())
 
 
+def _option(argv: list[str], flag: str, default: str | None) -> str | None:
+    if flag in argv:
+        i = argv.index(flag)
+        value = argv[i + 1]
+        del argv[i:i + 2]
+        return value
+    return default
+
+
 def main(argv: list[str]) -> None:
+    argv = list(argv)
+    target = _option(argv, "--target", "ort")
+    opset = _option(argv, "--opset", None)
     folder = argv[0] if argv and os.path.isdir(argv[0]) else "/work/cache/today"
     wanted = [a for a in argv if not os.path.isdir(a)]
     manifest = json.load(open(os.path.join(folder, "manifest.json")))["models"]
@@ -92,12 +111,25 @@ def main(argv: list[str]) -> None:
         path = os.path.join(folder, entry["file"])
         proto = onnx.load(path)
         recipe = entry["recipe"]
+        model = io.load(path)
+        if opset is not None:
+            try:
+                model = convert(model, int(opset)).model
+            except Exception as e:
+                print(f"{name:22} conversion to opset {opset} refused: {str(e).splitlines()[0][:100]}", flush=True)
+                continue
+            proto = to_onnx(model)
         start = time.time()
-        fused, _, _ = optimize(io.load(path), level=2, target="ort")
+        fused, _, _ = optimize(model, level=2, target=target)
         seconds = time.time() - start
         counts = op_counts(fused)
         kinds = "+".join(f"{counts[a]} {short}" for a, short in ATTENTION.items() if counts[a])
-        original, ours = make_session(path), make_session(fused)
+        extra = " ".join(f"{counts[a]} {short}" for a, short in STANDARD.items() if counts[a])
+        if extra:
+            seconds_note = f"{extra}, "
+        else:
+            seconds_note = ""
+        original, ours = make_session(model if opset is not None else path), make_session(fused)
         results = []
         for label, sizes in SETS:
             if label == "dec5/enc12" and recipe["kind"] != "seq2seq_decoder":
@@ -115,7 +147,7 @@ def main(argv: list[str]) -> None:
             except Exception as e:
                 results.append(f"{label}: OURS FAILS {str(e).splitlines()[0][:80]}")
         print(f"{name:22} {kinds or '0':>10} {expected_attention(recipe):>6}  {len(proto.graph.node):>4} -> {fused.node_count():<4}"
-              f"  {'; '.join(results)}  ({seconds:.1f} s)", flush=True)
+              f"  {'; '.join(results)}  ({seconds_note}{seconds:.1f} s)", flush=True)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ def _dim_chain(m: Match, dim: Dim, depth: int = 0) -> list[Dim]:
 
 _SAME_SHAPE = {"Cast", "Neg", "Identity", "Softmax", "Sqrt", "Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Abs", "Dropout",
                "Cos", "Sin", "Reciprocal", "LayerNormalization", "Gelu", "Softplus", "IsNaN", "Not",
-               "DynamicQuantizeLinear", "DequantizeLinear", "QuantizeLinear"}
+               "DynamicQuantizeLinear", "DequantizeLinear", "QuantizeLinear", "RotaryEmbedding", "RMSNormalization"}
 
 
 def static_size(m: Match, value: str, axis: int, depth: int = 0) -> int | None:
@@ -183,6 +183,8 @@ def _dim_step(m: Match, dim: Dim, depth: int = 0) -> Dim | None:
     r = shapes.rank(value)
     if node.op_type in _SAME_SHAPE:
         return (node.inputs[0], axis) if shapes.rank(node.inputs[0]) == r else None
+    if node.op_type == "Attention" and value == node.outputs[0] and r is not None and axis < r - 1:
+        return (node.inputs[0], axis)  # ONNX Attention's Y: Q's batch, (heads,) length
     if node.op_type in ("Concat", "Slice") and r is not None:
         if node.op_type == "Concat":
             cat = node.attr("axis", 0)

@@ -61,6 +61,23 @@ def _bias(m: Match, rw: Rewrite, q_seq: tuple[str, int], kv: list[tuple[str, int
     return facts.expanded[key]
 
 
+def _onnx_mask(m: Match, rw: Rewrite, q_seq: tuple[str, int], kv: list[tuple[str, int]], whole: Dim | None = None) -> str:
+    """``_bias`` for ONNX Attention, its entries at the float type's lowest value raised one ulp
+    (shared by every layer): onnxruntime 1.32's CPU kernel zeroes a row whose scores are all that
+    value, where the graph's Softmax over equal values averages v. One ulp up they stay equal
+    (s + min is min for |s| < 1e31), so that row, and every other, is the graph's."""
+    bias = _bias(m, rw, q_seq, kv, whole)
+    key = f"{bias}|raised"
+    if key in m.facts.expanded and m.graph.has_value(m.facts.expanded[key]):
+        return m.facts.expanded[key]
+    dtype = helper.tensor_dtype_to_np_dtype(m.extra.get("dtype", TensorProto.FLOAT))
+    lowest = np.array(np.finfo(dtype).min, dtype)
+    is_lowest = rw.add("Equal", [bias, rw.initializer(lowest, "lowest")], suffix="mask_is_lowest").outputs[0]
+    raised = rw.initializer(np.nextafter(lowest, np.array(0, dtype)), "lowest_raised")
+    m.facts.expanded[key] = rw.add("Where", [is_lowest, raised, bias], suffix="mask_raised").outputs[0]
+    return m.facts.expanded[key]
+
+
 def _attrs(m: Match) -> dict:
     attrs = {"num_heads": m.extra["heads"], "scale": float(m.extra["scale"])}
     if m.extra["causal"] is not None:
@@ -143,8 +160,49 @@ def emit_onnx_attention(m: Match, rw: Rewrite) -> str:
     attrs = {"q_num_heads": m.extra["heads"], "kv_num_heads": m.extra["heads"], "scale": float(m.extra["scale"])}
     if m.extra["causal"] is not None:
         attrs["is_causal"] = 1
-    inputs = qkv + ([_bias(m, rw, (x, 1), [(x, 1)])] if m.get("mask") else [])
+    inputs = qkv + ([_onnx_mask(m, rw, (x, 1), [(x, 1)])] if m.get("mask") else [])
     return _finish(m, rw, rw.add("Attention", inputs, attrs=attrs).outputs[0])
+
+
+def emit_onnx_projected(m: Match, rw: Rewrite) -> str:
+    """ONNX Attention on q, k, v [B, S, H] as they are (cross-attention: k and v from the
+    encoder); ``q`` before a pre-scaling Mul, whose factor the scale holds."""
+    n, q_in = m.extra["heads"], m.extra["q_in"]
+    attrs = {"q_num_heads": n, "kv_num_heads": n, "scale": float(m.extra["scale"])}
+    if m.extra["causal"] is not None:
+        attrs["is_causal"] = 1
+    inputs = [m["q"], m["k"], m["v"]] + ([_onnx_mask(m, rw, (q_in, 1), [(m["k"], 1)])] if m.get("mask") else [])
+    return _finish(m, rw, rw.add("Attention", inputs, attrs=attrs).outputs[0])
+
+
+def emit_onnx_cached(m: Match, rw: Rewrite) -> str:
+    """ONNX Attention on what ``check_onnx_cached`` found: q, k, v all 3-D (unsplit, the output
+    [B, S, N·h]) or all 4-D (the output merged back: Transpose, Reshape [0, 0, N·h]); k and v
+    before repeat_kv with kv_num_heads; the cache as past/present under the Concats' names."""
+    n, h, kv = m.extra["heads"], m.extra["head_size"], m.extra["kv_heads"]
+    three_d, past, sources = m.extra["three_d"], m.extra["onnx_past"], m.extra["onnx_kv"]
+    if three_d:
+        query = m["q3"]
+    else:
+        query = m.node("q_head").outputs[0] if m.get("q3") else m["q4"]
+    length = 1 if three_d else 2
+    inputs = [query, sources["k"], sources["v"]]
+    if m.get("mask"):
+        pieces = [(m["past_k"], 2), (sources["k"], length)] if past else [(sources["k"], length)]
+        inputs.append(_onnx_mask(m, rw, m.extra["q_dims"][1], pieces, whole=(kv_value(m, "k"), 2)))
+    attrs = {"q_num_heads": n, "kv_num_heads": kv, "scale": float(m.extra["scale"])}
+    if past:
+        inputs = (inputs + [""])[:4] + [m["past_k"], m["past_v"]]
+        present = [rw.take_over(m.node(f"cat_{t}").outputs[0]) for t in "kv"]
+        node = rw.add("Attention", inputs, [rw.graph.fresh_name(f"{rw.name}_out"), *present], attrs=attrs)
+    else:
+        node = rw.add("Attention", inputs, attrs=attrs)
+    fused = node.outputs[0]
+    if not three_d:
+        merged = rw.add("Transpose", [fused], attrs={"perm": [0, 2, 1, 3]}, suffix="merge").outputs[0]
+        target = rw.initializer(np.array([0, 0, n * h], np.int64), "merged_shape")
+        fused = rw.add("Reshape", [merged, target], suffix="merged").outputs[0]
+    return _finish(m, rw, fused)
 
 
 def emit_cached(m: Match, rw: Rewrite) -> str:

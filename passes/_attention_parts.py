@@ -184,6 +184,15 @@ def _check_merge(m: Match, n: int, h: int, batch: tuple[str, int], seq: tuple[st
 
 
 def check_cached(m: Match) -> str | None:
+    """``check_cached_shapes``, then whether MultiHeadAttention takes the cache itself (``_past_form``)."""
+    why = check_cached_shapes(m)
+    if why:
+        return why
+    m.extra["past"] = _past_form(m, m.extra["heads"], m.extra["head_size"], m.extra["q_dims"][1])
+    return None
+
+
+def check_cached_shapes(m: Match, kernel: str = "MultiHeadAttention") -> str | None:
     """Queries [B, N, S, h] (q's head split, or anything 4-D: rotary's output), keys and values
     [B, N, T, h] made by anything (a KV cache's Concat, repeat_kv, a cache input): N, h static and
     equal on all three, the batch provably one dim, k and v provably one length T."""
@@ -201,7 +210,7 @@ def check_cached(m: Match) -> str | None:
             return "the queries' head count and head size are not static"
     dtype = shapes.dtype(q)
     if dtype not in (TensorProto.FLOAT, TensorProto.FLOAT16):
-        return "q is not float32 or float16 (MultiHeadAttention's CPU types)"
+        return f"q is not float32 or float16 ({kernel}'s CPU types)"
     m.extra["dtype"] = dtype
     k4, v4 = kv_value(m, "k"), kv_value(m, "v")
     for name, value in (("k", k4), ("v", v4)):
@@ -227,7 +236,6 @@ def check_cached(m: Match) -> str | None:
             return "the rows of queries that see no key are filled with something other than 0"
         if static_size(m, m["empty_rows"], 1) != 1 or static_size(m, m["empty_rows"], 3) != 1:
             return "the condition zeroing rows is not provably [B, 1, S, 1] (one per query, for all heads)"
-    m.extra["past"] = _past_form(m, n, h, seq)
     if m.get("q3"):
         m.dims[m.node("rs_q").outputs[0]] = [batch, seq, n, h]
         m.dims[m.node("q_head").outputs[0]] = [batch, n, seq, h]
@@ -240,9 +248,10 @@ def check_cached(m: Match) -> str | None:
 
 
 def kv_value(m: Match, t: str) -> str:
-    """The [B, N, T, h] keys (``t`` = "k") or values: the cache Concat's output, or the 4-D value."""
-    cat = m.node(f"cat_{t}")
-    return cat.outputs[0] if cat is not None else m[f"{t}4"]
+    """The [B, N, T, h] keys (``t`` = "k") or values the scores read: repeat_kv's output, the
+    cache Concat's output, or the 4-D value."""
+    node = m.node(f"rep_{t}") if m.node(f"rep_{t}") is not None else m.node(f"cat_{t}")
+    return node.outputs[0] if node is not None else m[f"{t}4"]
 
 
 def _past_form(m: Match, n: int, h: int, seq: Dim) -> bool:

@@ -32,9 +32,19 @@ one length T, and N, h are static on all three; float32 or float16. Refusals: "q
 provably share one batch dim", "k and v do not provably have one length", "k is not provably
 [B, N, T, h] like the queries" (grouped heads not repeated), the mask and merge refusals above.
 Why not GroupQueryAttention: onnxruntime's CPU kernel refuses batch > 1 with a past and more than
-one new token ("past 8 / new 4" at batch 2), and reads padding from seqlens_k, not the mask; why
-not ONNX Attention for these at opset 23: onnxruntime's CPU kernel differs from the graph on a
-query row whose keys are all masked (left padding at prefill), so --target onnx leaves them.
+one new token ("past 8 / new 4" at batch 2), and reads padding from seqlens_k, not the mask.
+
+``onnx-cached-attention`` (``--target onnx``, opset >= 23) is the same pattern, its keys and values
+also through repeat_kv, as ONNX ``Attention`` (checks: ``_attention_onnx.py``): grouped heads as
+kv_num_heads (repeat_kv goes), the cache Concats as past/present, q, k, v unsplit (3-D) when all
+three are head splits. The mask keeps the graph's values but finfo.min, raised one ulp:
+onnxruntime 1.32 zeroes a row whose every score is the float's lowest value (left padding at
+prefill), the graph averages it; raised, both average, every other row unchanged. Refusals: those
+of ``cached-attention``, "q is float16" (no form matches a fully masked float16 row: the graph
+rounds s·scale + min three times, the kernel once), a scale <= 0. ``onnx-projected-attention``:
+``projected-attention``'s pattern (cross-attention over projected encoder states) as ONNX
+Attention; refused with a causal Where and a mask together (the kernel's causal mask is the
+float's lowest value: a row of only padding would differ).
 
 The mask becomes attention_bias expanded to [1, 1, S, T] (S the queries', T the keys' length):
 expanding a cross-attention mask to [S, S] wrote models that fail when decoder and encoder
@@ -56,6 +66,7 @@ from __future__ import annotations
 from functools import partial
 
 from graphtool.passes import _attention_emit as emit
+from graphtool.passes import _attention_onnx as onnx_parts
 from graphtool.passes import _attention_parts as parts
 from graphtool.passes._ort_common import contrib_allowed
 
@@ -121,13 +132,26 @@ def _cache(t: str) -> object:
                   Var(f"{t}4", rank=4))
 
 
-def _cached_core() -> object:
+def _repeated(t: str) -> object:
+    """k or v [B, N, T, h] for ONNX Attention: repeat_kv (Unsqueeze at 2, Expand, Reshape: grouped
+    KV heads, which the op takes as kv_num_heads) of a KV cache's Concat(past, new) or of any
+    4-D value, or that Concat or value itself."""
+    base = either(op.Concat(Var(f"past_{t}", rank=4), Var(f"new_{t}", rank=4), axis=OneOf(2, -2), _name=f"cat_{t}",
+                            _shared=True),
+                  Var(f"{t}4", rank=4))
+    repeat = op.Reshape(op.Expand(op.Unsqueeze(base, Const(f"rep_axes_{t}")), Var(f"rep_shape_{t}")),
+                        Var(f"rep_target_{t}"), _name=f"rep_{t}")
+    return either(repeat, base)
+
+
+def _cached_core(kv=_cache) -> object:
     """Attention of [B, N, S, h] queries over [B, N, T, h] keys and values that anything made:
     a KV cache's Concat, repeat_kv's Expand/Reshape (grouped KV heads), rotary, a cache input
-    (cross-attention over cached encoder states). Queries are q's head split when it is one."""
+    (cross-attention over cached encoder states). Queries are q's head split when it is one.
+    ``kv`` writes the keys' and values' pattern (``_cache``, or ``_repeated`` for ONNX Attention)."""
     q4 = either(op.Transpose(op.Reshape(Var("q3", rank=3), Var("hs_q"), _name="rs_q"), perm=HEADS, _name="q_head"),
                 Var("q4", rank=4))
-    k4, v4 = _cache("k"), _cache("v")
+    k4, v4 = kv("k"), kv("v")
     k_t = either(op.Transpose(k4, perm=[0, 1, 3, 2]),
                  op.Reshape(op.Transpose(op.Reshape(k4, Var("kt_flat")), perm=[0, 2, 1]), Var("kt_shape"),
                             _name="kt_unflat"))
@@ -159,6 +183,10 @@ UNPACKED = Rule("unpacked-attention", PROJECTED.pattern, emit.emit_multi_head, p
 CACHED = Rule("cached-attention", _cached_core(), emit.emit_cached, parts.check_cached, emits="MultiHeadAttention")
 ONNX_ATTENTION = Rule("onnx-attention", SELF_ATTENTION.pattern, emit.emit_onnx_attention,
                       parts.check_self_attention, emits="Attention")
+ONNX_PROJECTED = Rule("onnx-projected-attention", PROJECTED.pattern, emit.emit_onnx_projected,
+                      onnx_parts.check_onnx_projected, emits="Attention")
+ONNX_CACHED = Rule("onnx-cached-attention", _cached_core(_repeated), emit.emit_onnx_cached, onnx_parts.check_onnx_cached,
+                   emits="Attention")
 
 
 class _AttentionPass(RulePass):
@@ -197,7 +225,7 @@ class FuseAttentionMha(_AttentionPass):
 class FuseAttention(_AttentionPass):
     """Fuse self-attention subgraphs into the ONNX Attention op (opset >= 23)."""
 
-    rules = (ONNX_ATTENTION,)
+    rules = (ONNX_ATTENTION, ONNX_PROJECTED, ONNX_CACHED)
 
     def applies(self, graph: Graph, ctx: PassContext) -> bool:
         return ctx.target != "ort" and ctx.opset("") >= 23 and graph is ctx.model.graph
