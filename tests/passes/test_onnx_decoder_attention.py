@@ -47,6 +47,7 @@ def attention_nodes(model):
     ("llama_mqa", lambda: dm.llama_layer(kv_heads=1), 1),
     ("llama_mha", lambda: dm.llama_layer(kv_heads=4), 1),
     ("gqa_dynamo_sdpa", lambda: dm.llama_layer(kv_heads=2, rotary=False, scale_form="sdpa"), 1),
+    ("transformers5_zeroed_rows", lambda: dm.llama_layer(kv_heads=2, zero_empty_rows=True), 1),
     ("bart", dm.bart_decoder_layer, 2),                            # self over past + new, projected cross
     ("bart_cached_cross", lambda: dm.bart_decoder_layer(cached_cross=True), 2),
     ("bart_no_encoder_mask", lambda: dm.bart_decoder_layer(encoder_mask=False), 2),
