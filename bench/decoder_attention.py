@@ -5,7 +5,9 @@
 Reads the corpus helper's manifest.json (tiny random-weight Llama/Qwen/Phi-3/Mistral/GPT-2
 decoders with KV caches, BART/T5/Whisper decoders with cross-attention; both torch exporters,
 fp16 and quantized variants), runs ``optimize(level=2, target="ort")``, and prints per model:
-the attention ops reached against the layer count, and the largest difference from the original
+the attention ops reached against the layer count (and, where the recipe says what the torch
+model has — ``--set unseen`` — rotary, RMS norm and LayerNorm ops reached against it), and the
+largest difference from the original
 on inputs built from the export's recipe — prefill (past 0), past 8 / new 4, a decode step
 (past 9 / new 1); encoder-decoders with decoder 5 / encoder 12. A set the original itself
 cannot run is named and skipped. Nothing is downloaded; models come from the corpus folder.
@@ -83,6 +85,22 @@ def expected_attention(recipe: dict) -> int:
     return layers * (2 if recipe["kind"] == "seq2seq_decoder" else 1)
 
 
+ROTARY = ("com.microsoft:RotaryEmbedding", "RotaryEmbedding")
+RMS = ("SimplifiedLayerNormalization", "com.microsoft:SkipSimplifiedLayerNormalization", "RMSNormalization")
+LAYER_NORM = ("LayerNormalization", "com.microsoft:SkipLayerNormalization")
+
+
+def fused_vs_expected(counts: collections.Counter, recipe: dict) -> str:
+    """rotary, RMS norm and LayerNorm ops written against what the torch model has (the recipe's
+    ``expect``, counted on the torch modules by today_corpus.py --set unseen); '-' without it."""
+    expect = recipe.get("expect")
+    if not expect:
+        return f"{'-':>7} {'-':>7} {'-':>7}"
+    cells = [f"{sum(counts[o] for o in ops)}/{expect[key]}"
+             for ops, key in ((ROTARY, "rotary"), (RMS, "rmsnorm"), (LAYER_NORM, "layernorm"))]
+    return " ".join(f"{c:>7}" for c in cells)
+
+
 def op_counts(model) -> collections.Counter:
     return collections.Counter(f"{n.domain}:{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type
                                for n in model.graph.nodes())
@@ -104,7 +122,8 @@ def main(argv: list[str]) -> None:
     folder = argv[0] if argv and os.path.isdir(argv[0]) else "/work/cache/today"
     wanted = [a for a in argv if not os.path.isdir(a)]
     manifest = json.load(open(os.path.join(folder, "manifest.json")))["models"]
-    print(f"{'model':22} {'attention':>10} {'layers':>6}  {'nodes':>11}  outputs (max abs diff per input set)")
+    print(f"{'model':22} {'attention':>10} {'layers':>6} {'rotary':>7} {'rms':>7} {'ln':>7}  {'nodes':>11}"
+          "  outputs (max abs diff per input set)")
     for name, entry in manifest.items():
         if wanted and name not in wanted or not entry.get("ok"):
             continue
@@ -146,7 +165,8 @@ def main(argv: list[str]) -> None:
                 results.append(f"{label}: {diff:.1e}")
             except Exception as e:
                 results.append(f"{label}: OURS FAILS {str(e).splitlines()[0][:80]}")
-        print(f"{name:22} {kinds or '0':>10} {expected_attention(recipe):>6}  {len(proto.graph.node):>4} -> {fused.node_count():<4}"
+        print(f"{name:22} {kinds or '0':>10} {expected_attention(recipe):>6} {fused_vs_expected(counts, recipe)}"
+              f"  {len(proto.graph.node):>4} -> {fused.node_count():<4}"
               f"  {'; '.join(results)}  ({seconds_note}{seconds:.1f} s)", flush=True)
 
 

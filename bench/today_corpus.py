@@ -30,6 +30,8 @@ that does not match the model is caught at build time (``export_check`` in the m
 
     /work/cache/torchvenv/bin/python bench/today_corpus.py --out /work/cache/today [--only llama,gpt2]
         [--exporters torchscript,dynamo,transformers]
+    /work/cache/torchvenv/bin/python bench/today_corpus.py --set unseen --exporters torchscript,dynamo
+        (families not developed on, UNSEEN below, into /work/cache/unseen with its own manifest.json)
 """
 
 from __future__ import annotations
@@ -61,9 +63,9 @@ TRACE = {"batch": 2, "past": 3, "seq": 2, "enc": 6}
 
 # --- the families -------------------------------------------------------------------------------
 
-def _causal(cls_name: str, **cfg):
+def _causal(cls_name: str, config_name: str | None = None, **cfg):
     def build():
-        config = getattr(transformers, cls_name + "Config")(**cfg)
+        config = getattr(transformers, config_name or cls_name + "Config")(**cfg)
         return getattr(transformers, cls_name + "ForCausalLM")(config).eval(), config
     return build
 
@@ -86,6 +88,66 @@ def _gpt2():
 
 
 DECODERS["gpt2"] = _gpt2
+
+# --set unseen: decoder families graphtool was not developed on (issue 33's re-measurement), each in the
+# form its released checkpoints have, shrunk: the layer quirks are kept (Gemma's (1+w) RMSNorm,
+# GELU-tanh MLP, q/k norms and a sliding-window layer; Gemma 2's logit soft-capping; SmolLM3's NoPE
+# layer; Granite's multipliers; OLMo 2's norms after attention/MLP and over the whole q/k projection;
+# Phi-4-mini's partial rotary with grouped KV; StableLM/GPT-NeoX's partial rotary and LayerNorm;
+# Falcon's new decoder architecture; MoE MLPs). The sliding window (5) is shorter than the hand-built
+# past 8 / new 4 so the window is exercised, not only present in the graph.
+_TOKENS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+_GQA = {"num_attention_heads": 4, "num_key_value_heads": 2}
+def _jittered(build):
+    """The model with every norm's weight and bias drawn at random (seeded): freshly initialized norms
+    are all ones/zeros, so two norms of a layer are one value to an exporter's or graphtool's CSE
+    (GPT-NeoX's parallel norms merged) and a rule that swaps gammas would still give equal outputs.
+    Released checkpoints have distinct norms; so do these."""
+    def jittered():
+        model, config = build()
+        gen = torch.Generator().manual_seed(SEED + 1)
+        with torch.no_grad():
+            for module in model.modules():
+                if "Norm" in type(module).__name__:
+                    for param in module.parameters(recurse=False):
+                        param.add_(torch.randn(param.shape, generator=gen) * 0.1)
+        return model, config
+    return jittered
+
+
+def expected_layers(model, config) -> dict[str, int]:
+    """What a full fusion reaches, counted on the torch model: its RMSNorm modules (class name ends
+    in RMSNorm: the q/k norms too), LayerNorms, attention layers, and rotations (q and k of every
+    layer that applies rotary: SmolLM3's NoPE layers do not)."""
+    classes = [type(m).__name__ for m in model.modules()]
+    layers = kv_geometry(config)[0]
+    rope_layers = sum(getattr(config, "no_rope_layers", None) or [1] * layers)
+    return {"attention": layers, "rotary": 2 * rope_layers,
+            "rmsnorm": sum(c.endswith("RMSNorm") for c in classes),
+            "layernorm": sum(c == "LayerNorm" for c in classes)}
+
+
+UNSEEN = {
+    "gemma3": _causal("Gemma3", "Gemma3TextConfig", head_dim=16, sliding_window=5,
+                      layer_types=["sliding_attention", "full_attention"], **_GQA, **_TOKENS, **COMMON),
+    "gemma2": _causal("Gemma2", head_dim=16, sliding_window=5, **_GQA, **_TOKENS, **COMMON),
+    "smollm3": _causal("SmolLM3", no_rope_layer_interval=2, **_GQA, **_TOKENS, **COMMON),
+    "granite": _causal("Granite", embedding_multiplier=12.0, residual_multiplier=0.22,
+                       attention_multiplier=0.0078125, logits_scaling=8.0, **_GQA, **_TOKENS, **COMMON),
+    "olmo2": _causal("Olmo2", **_GQA, **_TOKENS, **COMMON),
+    "phi4mini": _causal("Phi3", partial_rotary_factor=0.75, tie_word_embeddings=True, **_GQA, **_TOKENS, **COMMON),
+    "stablelm": _causal("StableLm", partial_rotary_factor=0.25, use_qkv_bias=True, **_GQA, **_TOKENS, **COMMON),
+    "gptneox": _causal("GPTNeoX", num_attention_heads=4, rotary_pct=0.25, **_TOKENS, **COMMON),
+    "falcon": _causal("Falcon", vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      new_decoder_architecture=True, num_kv_heads=2, **_TOKENS),
+    # MoE: transformers 5's default experts code (grouped_mm) counts tokens with aten::histc, which no
+    # exporter translates; "batched_mm" gathers each token's experts' weights (dense, traceable)
+    "qwen2moe": _causal("Qwen2Moe", moe_intermediate_size=32, shared_expert_intermediate_size=64, num_experts=4,
+                        num_experts_per_tok=2, experts_implementation="batched_mm", **_GQA, **_TOKENS, **COMMON),
+    "mixtral": _causal("Mixtral", num_local_experts=4, num_experts_per_tok=2, experts_implementation="batched_mm",
+                       **_GQA, **_TOKENS, **COMMON),
+}
+UNSEEN = {name: _jittered(build) for name, build in UNSEEN.items()}
 
 
 def _bart():
@@ -125,7 +187,11 @@ def kv_geometry(config) -> tuple[int, int, int, int]:
     if isinstance(c, (transformers.BartConfig, transformers.WhisperConfig)):
         return c.decoder_layers, c.decoder_attention_heads, c.d_model // c.decoder_attention_heads, c.d_model
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    return c.num_hidden_layers, c.num_key_value_heads, head_dim, c.hidden_size
+    if isinstance(c, transformers.FalconConfig):  # the new architecture caches K/V repeated to every head
+        kv_heads = c.num_attention_heads if c.new_decoder_architecture else 1 if c.multi_query else c.num_attention_heads
+        return c.num_hidden_layers, kv_heads, head_dim, c.hidden_size
+    kv_heads = getattr(c, "num_key_value_heads", None) or getattr(c, "num_kv_heads", None) or c.num_attention_heads
+    return c.num_hidden_layers, kv_heads, head_dim, c.hidden_size
 
 
 # --- wrappers: flat past tensors in, flat present tensors out ------------------------------------
@@ -207,8 +273,8 @@ def spec_for(family: str):
     torch.manual_seed(SEED)
     b, p, s, e = TRACE["batch"], TRACE["past"], TRACE["seq"], TRACE["enc"]
     gen = torch.Generator().manual_seed(SEED)
-    if family in DECODERS:
-        model, config = DECODERS[family]()
+    if family in DECODERS or family in UNSEEN:
+        model, config = {**DECODERS, **UNSEEN}[family]()
         layers, heads, head_dim, hidden = kv_geometry(config)
         wrapper = DecoderWithPast(model, layers)
         names = ["input_ids", "attention_mask", "position_ids"]
@@ -219,9 +285,13 @@ def spec_for(family: str):
                 "position_ids": {0: "batch", 1: "sequence_length"}}
         past_names = [f"past_key_values.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
         present_names = [f"present.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
+        if family in UNSEEN:
+            expect = expected_layers(model, config)
         recipe = {"kind": "decoder", "input_ids": "input_ids", "attention_mask": "attention_mask",
                   "mask_length": "past+new", "position_ids": "position_ids", "positions": "past..past+new-1",
                   "past": {n: {"heads": heads, "head_dim": head_dim, "length": "past"} for n in past_names}}
+        if family in UNSEEN:
+            recipe["expect"] = expect
     else:
         build, cross_cached = ENC_DECS[family]
         model, config = build()
@@ -371,6 +441,7 @@ def qdq_variant(src: Path, dst: Path, recipe: dict) -> None:
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
 
 
+UNSEEN_VARIANTS = {"gemma3_fp16": ("gemma3_torchscript", "fp16")}
 VARIANTS = {
     # name: (source export, kind)
     "llama_fp16": ("llama_torchscript", "fp16"),  # fp16 inputs/outputs
@@ -384,14 +455,17 @@ VARIANTS = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="/work/cache/today")
+    ap.add_argument("--set", choices=("today", "unseen"), default="today",
+                    help="today: the families graphtool was developed on; unseen: UNSEEN (default --out /work/cache/unseen)")
+    ap.add_argument("--out")
     ap.add_argument("--only", help="comma-separated families (llama, ..., whisper)")
     ap.add_argument("--exporters", default="torchscript,dynamo,transformers",
                     help=f"which exporters to run (transformers: only for {', '.join(TRANSFORMERS_EXPORTER)})")
     args = ap.parse_args()
-    out = Path(args.out)
+    out = Path(args.out or ("/work/cache/unseen" if args.set == "unseen" else "/work/cache/today"))
     out.mkdir(parents=True, exist_ok=True)
-    families = [*DECODERS, *ENC_DECS]
+    families = [*UNSEEN] if args.set == "unseen" else [*DECODERS, *ENC_DECS]
+    variants = UNSEEN_VARIANTS if args.set == "unseen" else VARIANTS
     if args.only:
         families = [f for f in families if f in args.only.split(",")]
     manifest_path = out / "manifest.json"
@@ -428,7 +502,7 @@ def main() -> None:
             manifest_path.write_text(json.dumps(manifest, indent=1))  # progress survives a crash
             print(f"{name:24s} {'ok' if entry['ok'] else 'FAILED'} {entry.get('export_check') or entry.get('failure')}",
                   flush=True)
-    for name, (source, kind) in VARIANTS.items():
+    for name, (source, kind) in variants.items():
         src = models.get(source)
         if src is None or src["family"] not in families or src["exporter"] not in args.exporters.split(","):
             continue

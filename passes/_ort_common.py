@@ -231,9 +231,14 @@ def shape_pieces(graph: Graph, shapes: Shapes, value: str, depth: int = 0) -> li
 _SAME_SHAPE_UNARY = {
     "Relu", "Gelu", "Erf", "Tanh", "Sigmoid", "Cast", "Identity", "Softmax", "LayerNormalization",
     "Dropout", "Neg", "Sqrt", "Exp", "Abs", "LeakyRelu", "HardSigmoid", "HardSwish", "Clip",
+    "IsNaN", "IsInf", "Not", "Reciprocal", "Log", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign", "Softplus",
+    "Elu", "Selu", "Celu", "Mish",
 }
 _ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Pow", "Where"}
-_MS_SAME_SHAPE = {"SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "BiasGelu", "FastGelu",
+_REDUCE = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+           "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}
+_MS_SAME_SHAPE = {"SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization",
+                  "RotaryEmbedding", "BiasGelu", "FastGelu",
                   "Gelu", "QuickGelu", "FusedMatMul"}
 
 
@@ -283,6 +288,8 @@ class Dims:
                 return (ins[0], axis)  # [B, S, ·] of the query input
             same = op in _MS_SAME_SHAPE and op != "FusedMatMul"
             return (ins[0], axis) if same and self.shapes.rank(ins[0]) == r else None
+        if op == "SimplifiedLayerNormalization" and node.domain in ("", "ai.onnx"):  # ORT's, in the ONNX domain
+            return (ins[0], axis) if self.shapes.rank(ins[0]) == r else None
         if not is_standard(node):
             return None
         if op in _SAME_SHAPE_UNARY:
@@ -311,10 +318,34 @@ class Dims:
                 return None
             axes = sorted(a + r if a < 0 else a for a in axes)
             return None if axis in axes else (ins[0], axis - sum(a < axis for a in axes))
-        if op == "Reshape" and not node.attr("allowzero", 0):
-            target = _const_ints(self.graph, ins[1])
-            return (ins[0], axis) if target is not None and axis < len(target) and target[axis] == 0 else None
+        if op == "Reshape":
+            # a 0 copies the input's dim (allowzero 0); a traced Shape piece is that value's dim
+            target = shape_pieces(self.graph, self.shapes, ins[1])
+            if target is None or len(target) != r:
+                return None
+            piece = target[axis]
+            if isinstance(piece, tuple):
+                return piece
+            return (ins[0], axis) if piece == 0 and not node.attr("allowzero", 0) else None
+        if op in _REDUCE and node.attr("keepdims", 1) and self.shapes.rank(ins[0]) == r:
+            return self._kept_axis(node, r, axis)
         return None
+
+    def _kept_axis(self, node: Node, r: int, axis: int) -> tuple[str, int] | None:
+        """A reduction with keepdims: an axis it does not reduce is its input's (an RMS norm's
+        ReduceMean over the last axis keeps x's batch, heads and length). Axes from the attribute
+        (opset < 18) or a constant input; none given reduces all axes, or none with
+        noop_with_empty_axes."""
+        ins = node.inputs
+        axes = node.attr("axes")
+        if axes is None and len(ins) > 1 and ins[1]:
+            axes = _const_ints(self.graph, ins[1])
+            if axes is None:
+                return None
+        if axes is None or len(axes) == 0:
+            return (ins[0], axis) if node.attr("noop_with_empty_axes", 0) else None
+        reduced = {int(a) + r if int(a) < 0 else int(a) for a in axes}
+        return None if axis in reduced else (ins[0], axis)
 
     def _elementwise(self, node: Node, r: int, axis: int) -> tuple[str, int] | None:
         """Output dim = the one input whose dim is not a broadcast 1 (others are provably 1 or

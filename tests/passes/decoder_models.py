@@ -52,10 +52,16 @@ class _Builder:
     def dim(self, value: str, axis: int) -> str:
         return self.op("Shape", [value], start=axis, end=axis + 1)
 
-    def heads(self, proj: str, n: int, like: str) -> str:
-        """[B, S, n·h] -> [B, n, S, h], the target built from the input's shape (as exporters do)."""
-        target = self.op("Concat", [self.dim(like, 0), self.const(np.array([-1], np.int64)),
-                                    self.const(np.array([n, HD], np.int64))], axis=0)
+    def heads(self, proj: str, n: int, like: str, heads_inferred: bool = False) -> str:
+        """[B, S, n·h] -> [B, n, S, h], the target built from the input's shape (as exporters do):
+        [B, -1, n, h], or with ``heads_inferred`` [B, S, -1, h] (transformers 5's
+        ``view(*input_shape, -1, head_dim)``)."""
+        if heads_inferred:
+            target = self.op("Concat", [self.dim(like, 0), self.dim(like, 1),
+                                        self.const(np.array([-1, HD], np.int64))], axis=0)
+        else:
+            target = self.op("Concat", [self.dim(like, 0), self.const(np.array([-1], np.int64)),
+                                        self.const(np.array([n, HD], np.int64))], axis=0)
         return self.op("Transpose", [self.op("Reshape", [proj, target])], perm=[0, 2, 1, 3])
 
     def input(self, name: str, dims: list, dtype: int = F32) -> str:
@@ -157,6 +163,58 @@ def llama_layer(kv_heads: int = 2, rotary: bool = True, scale_form: str = "div",
     return b.model()
 
 
+def _rms(b: _Builder, x: str, width: int, one_plus: bool = True) -> str:
+    """Gemma's RMSNorm as TorchScript writes it: x / Sqrt(mean(x²) + eps) · (1 + w)."""
+    two = b.const(np.array(2.0, np.float32))
+    mean = b.op("ReduceMean", [b.op("Pow", [x, two])], axes=[-1], keepdims=1)
+    inv = b.op("Div", [b.const(np.array(1.0, np.float32)),
+                       b.op("Sqrt", [b.op("Add", [mean, b.const(np.array(1e-6, np.float32))])])])
+    w = b.rng.standard_normal(width).astype(np.float32) * 0.1 + (0.0 if one_plus else 1.0)
+    return b.op("Mul", [b.op("Mul", [x, inv]), b.const(1.0 + w if one_plus else w)])
+
+
+def _gelu_tanh(b: _Builder, x: str) -> str:
+    cube = b.op("Mul", [b.op("Pow", [x, b.const(np.array(3.0, np.float32))]), b.const(np.array(0.044715, np.float32))])
+    inner = b.op("Mul", [b.op("Add", [x, cube]), b.const(np.array(np.sqrt(2 / np.pi), np.float32))])
+    one_plus = b.op("Add", [b.op("Tanh", [inner]), b.const(np.array(1.0, np.float32))])
+    return b.op("Mul", [b.op("Mul", [x, b.const(np.array(0.5, np.float32))]), one_plus])
+
+
+def gemma_layer(kv_heads: int = 2) -> onnx.ModelProto:
+    """A Gemma 3 decoder layer: (1 + w) RMSNorms before and after attention and MLP, q/k RMSNorms
+    over the head dim before the rotary, grouped KV heads with a past, a GELU-tanh gated MLP. The
+    residual stream's batch reaches q only through shape plumbing (the heads' Reshape target is
+    Concat(Shape(x)[0], Shape(x)[1], -1, h)) and the norms' ReduceMean."""
+    b = _Builder(2)
+    x = b.input("x", ["batch", "seq", H])
+    mask = b.input("mask", ["batch", 1, "seq", "total"])
+    past_k = b.input("past_key", ["batch", kv_heads, "past", HD])
+    past_v = b.input("past_value", ["batch", kv_heads, "past", HD])
+    positions = b.input("position_ids", ["batch", "seq"], TensorProto.INT64)
+    # the model's rotary_emb: inv_freq @ positions, Concat(f, f), Cos / Sin, Unsqueeze to [B, 1, S, h]
+    inv = b.const((1.0 / 10000 ** (np.arange(0, HD, 2) / HD)).reshape(1, HD // 2, 1).astype(np.float32))
+    p3 = b.op("Cast", [b.op("Unsqueeze", [positions, b.const(np.array([1], np.int64))])], to=F32)
+    f = b.op("Transpose", [b.op("MatMul", [inv, p3])], perm=[0, 2, 1])
+    emb = b.op("Concat", [f, f], axis=-1)
+    cos = b.op("Unsqueeze", [b.op("Cos", [emb]), b.const(np.array([1], np.int64))])
+    sin = b.op("Unsqueeze", [b.op("Sin", [emb]), b.const(np.array([1], np.int64))])
+    h = _rms(b, x, H)
+    q4 = _rms(b, b.heads(b.linear(h, H, bias=False), N, x, True), HD)
+    k4 = _rms(b, b.heads(b.linear(h, kv_heads * HD, bias=False), kv_heads, x, True), HD)
+    v4 = b.heads(b.linear(h, kv_heads * HD, bias=False), kv_heads, x, True)
+    q4, k4 = b.rotary(q4, cos, sin), b.rotary(k4, cos, sin)
+    k_all = b.output(b.op("Concat", [past_k, k4], axis=2), "present_key", ["batch", kv_heads, "total", HD])
+    v_all = b.output(b.op("Concat", [past_v, v4], axis=2), "present_value", ["batch", kv_heads, "total", HD])
+    groups = N // kv_heads
+    y = b.sdpa(q4, b.repeat_kv(k_all, groups, kv_heads), b.repeat_kv(v_all, groups, kv_heads), mask, x)
+    r1 = b.op("Add", [x, _rms(b, b.linear(y, H, bias=False), H)])
+    m = _rms(b, r1, H)
+    act = b.op("Mul", [_gelu_tanh(b, b.linear(m, H, bias=False)), b.linear(m, H, bias=False)])
+    out = b.op("Add", [r1, _rms(b, b.linear(act, H, bias=False), H)])
+    b.output(out, "y", ["batch", "seq", H])
+    return b.model()
+
+
 def bart_decoder_layer(cached_cross: bool = False, encoder_mask: bool = True,
                        tiled_positions: bool = False) -> onnx.ModelProto:
     """BART/Whisper decoder layer: self-attention over past + new keys (causal + padding mask
@@ -214,7 +272,8 @@ def feeds(model: onnx.ModelProto, batch: int = 2, seq: int = 4, past: int = 8, e
     rng = np.random.default_rng(seed)
     out = _feeds(model, batch, seq, past, enc, rng)
     half = {i.name for i in model.graph.input if i.type.tensor_type.elem_type == TensorProto.FLOAT16}
-    return {k: v.astype(np.float16) if k in half else v for k, v in out.items()}
+    low = float(np.finfo(np.float16).min)  # a float16 mask hides with float16's min, as transformers writes it
+    return {k: np.maximum(v, low).astype(np.float16) if k in half else v for k, v in out.items()}
 
 
 def _feeds(model, batch, seq, past, enc, rng) -> dict[str, np.ndarray]:
@@ -231,6 +290,8 @@ def _feeds(model, batch, seq, past, enc, rng) -> dict[str, np.ndarray]:
             m = np.ones((batch, enc), np.int64)
             m[1:, enc - 3:] = 0
             out[i.name] = m
+        elif i.name == "position_ids":
+            out[i.name] = np.tile(np.arange(past, past + seq, dtype=np.int64), (batch, 1))
         elif i.name in ("cos", "sin"):
             angles = np.arange(past, past + seq)[:, None] * (1.0 / 10000 ** (np.arange(0, HD, 2) / HD))[None]
             angles = np.concatenate([angles, angles], -1)

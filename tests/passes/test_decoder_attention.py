@@ -178,3 +178,28 @@ def test_cache_read_by_a_shape_keeps_the_concat():
     fused = fused_and_equal(proto, 2, ["fuse-attention-ort", "dead-code-elimination"])
     assert all(len(n.inputs) <= 6 for n in fused.graph.nodes("MultiHeadAttention"))
     assert any(n.op_type == "Concat" and n.inputs[0] == "past_key" for n in fused.graph.nodes())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_gemma_layer_fuses_attention_rotary_and_every_norm(dtype):
+    """A Gemma 3 layer (q/k RMSNorms before the rotary, norms after attention and MLP) fuses its
+    attention, both rotations and all six norms (one of them with the residual Add). float16 as
+    onnxruntime's converter writes it: its value_info carries shape inference's made-up dims
+    (unk__N), so q's batch and length are proven only by walking the plumbing — through the q norm's
+    ReduceMean, the heads' Reshape target Concat(Shape(x)[0], Shape(x)[1], -1, h), the fused
+    SimplifiedLayerNormalization and the sdpa guard's IsNaN. Before that walk, the float16 layer kept
+    both rotations and the residual Add unfused (cos's batch "not provably x's")."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    proto = dm.gemma_layer()
+    if dtype == "float16":
+        proto = convert_float_to_float16(proto, keep_io_types=False)
+        assert any(d.dim_param.startswith("unk__") for v in proto.graph.value_info
+                   for d in v.type.tensor_type.shape.dim)
+    original, fused, _ = run(proto)
+    counts = ops(fused)
+    assert counts["com.microsoft:MultiHeadAttention"] == 1, counts
+    assert counts["com.microsoft:RotaryEmbedding"] == 2, counts
+    assert counts["SimplifiedLayerNormalization"] == 5 and counts["com.microsoft:SkipSimplifiedLayerNormalization"] == 1, counts
+    for kw in SIZES[1:]:
+        assert_same_outputs(original, fused, dm.feeds(proto, **kw), atol=2e-2 if dtype == "float16" else 1e-4)
