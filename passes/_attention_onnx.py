@@ -16,15 +16,18 @@ kernel returns zeros for a query row whose every score is the float type's lowes
 (left padding at prefill: a padded query sees no key), where the graph's Softmax over equal
 values gives the mean of v. One ulp up, those scores are still equal (s + min rounds to min
 for |s| < 1e31, s + next(min) to next(min)), the row gets the mean and every other row is
-unchanged. float16 is refused: there s·scale + min overflows to -inf for s·scale <= -16 and rounds
-in steps of 32, so the graph's answer on such a row depends on three roundings the kernel does
-once (measured: rows differ by up to 1.2 with or without the raise).
+unchanged. float16 is refused unless the mask provably holds only 0 and -inf (TorchScript's
+Where(visible, 0, -inf)): with finfo(float16).min, s·scale + min overflows to -inf for
+s·scale <= -16 and rounds in steps of 32, so the graph's answer on a fully masked row depends on
+three roundings the kernel does once (measured: rows differ by up to 1.2 with or without the
+raise; qwen2_fp16's prefill 7.6e-3 where the rest of the model agrees to 4.9e-4).
 """
 
 from __future__ import annotations
 
+import numpy as np
 from graphtool.passes._attention_dims import same_dim, static_size
-from graphtool.passes._attention_parts import _heads, check_cached_shapes, check_projected, kv_value
+from graphtool.passes._attention_parts import _heads, check_cached_shapes, check_projected, check_self_attention, kv_value
 from onnx import TensorProto
 
 from graphtool.rewrite import Match
@@ -34,8 +37,9 @@ def check_onnx_cached(m: Match) -> str | None:
     why = check_cached_shapes(m, kernel="ONNX Attention")
     if why:
         return why
-    if m.extra["dtype"] != TensorProto.FLOAT:
-        return "q is float16: onnxruntime's Attention rounds a fully masked row's scores once where the graph rounds three times"
+    if m.extra["dtype"] != TensorProto.FLOAT and m.get("mask") and not _zero_or_minus_inf(m.graph, m["mask"]):
+        return ("q is float16 and the mask may hold finite values: onnxruntime's Attention rounds a fully masked "
+                "row's scores once where the graph rounds three times")
     if m.extra["scale"] <= 0:
         return f"the scale {m.extra['scale']:g} is not > 0 (ONNX Attention's scale)"
     n, h = m.extra["heads"], m.extra["head_size"]
@@ -61,14 +65,23 @@ def check_onnx_cached(m: Match) -> str | None:
     return None
 
 
+def check_onnx_self_attention(m: Match) -> str | None:
+    """``check_self_attention`` (an encoder's self-attention, constant projections) and ``_onnx_limits``."""
+    return check_self_attention(m) or _onnx_limits(m)
+
+
 def check_onnx_projected(m: Match) -> str | None:
     """``check_projected`` (q, k, v [B, S, H] computed by anything: cross-attention over the
-    encoder's states), the scale positive, and no causal Where together with a mask: the kernel
-    writes its causal mask with the float's lowest value, so a row whose every visible key is
-    padding keeps only the padding where the graph averages over every key."""
-    why = check_projected(m)
-    if why:
-        return why
+    encoder's states) and ``_onnx_limits``."""
+    return check_projected(m) or _onnx_limits(m)
+
+
+def _onnx_limits(m: Match) -> str | None:
+    """The scale positive, and no causal Where together with a mask: the kernel writes its causal
+    mask with the float's lowest value, so a row whose every visible key is padding keeps only the
+    padding where the graph averages over every key (GPT-2 without a cache, left padding: rows
+    differed by 2.4 with fill finfo.min, 3.0 with -1e4). Causal alone is exact: the diagonal is
+    always visible, and the future weighs exp(fill) = 0 in both."""
     if m.extra["scale"] <= 0:
         return f"the scale {m.extra['scale']:g} is not > 0 (ONNX Attention's scale)"
     if m.extra["causal"] is not None and m.get("mask"):
@@ -142,3 +155,34 @@ def _reaches(m: Match, value: str, inside: set[int], targets: set[str], limit: i
                 return True
             pending.extend(o for o in user.outputs if o)
     return False
+
+
+def _zero_or_minus_inf(graph, value: str) -> bool:
+    """The mask provably holds only 0 and -inf (TorchScript's Where(visible, 0, -inf), through
+    shape-only ops and sums of such): a masked score is -inf in the graph and in the kernel,
+    whatever the float16 rounding of the rest; a row of only -inf is 0 in the kernel and NaN in
+    the graph, which the exporters' IsNaN guard (kept after the op) makes 0."""
+    def allowed(v: str) -> bool:
+        const = graph.const(v)
+        return const is not None and bool(np.all((const == 0) | np.isneginf(const)))
+
+    pending, seen = [value], 0
+    while pending:
+        v = pending.pop()
+        seen += 1
+        if seen > 16:
+            return False
+        if allowed(v):
+            continue
+        node = graph.producer(v)
+        if node is None or node.domain not in ("", "ai.onnx"):
+            return False
+        if node.op_type == "Where":  # either branch's values, whatever the condition
+            pending.extend(node.inputs[1:])
+        elif node.op_type in ("Expand", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Cast"):
+            pending.append(node.inputs[0])
+        elif node.op_type in ("Add", "Min"):
+            pending.extend(node.inputs)
+        else:
+            return False
+    return True

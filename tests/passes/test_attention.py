@@ -134,7 +134,7 @@ def test_non_constant_weights_use_multi_head_attention():
 
 
 def test_onnx_attention_at_opset_23_and_not_below():
-    proto = attention_model(opset=23, causal=True)
+    proto = attention_model(opset=23, causal=True, mask=False)
     original, fused, _ = run(proto, ["fuse-attention"], target="onnx")
     counts = ops(fused)
     assert counts["Attention"] == 1 and "com.microsoft" not in fused.opset_imports
@@ -142,6 +142,25 @@ def test_onnx_attention_at_opset_23_and_not_below():
     assert_same_outputs(original, fused, feeds(proto))
     _, untouched, _ = run(attention_model(opset=22), ["fuse-attention"], target="onnx")
     assert "Attention" not in ops(untouched)
+
+
+def test_onnx_attention_refuses_causal_with_a_padding_mask():
+    """ONNX Attention's causal mask is the float's lowest value: a query whose every visible key
+    is padding (left padding) would keep only the padded keys where the graph's Softmax spreads
+    over every key (measured: rows 2.4 apart). The padding mask alone, or causal alone, fuse."""
+    from graphtool.rewrite.explain import format_explanations
+
+    proto = attention_model(opset=23, causal=True)
+    kept, _, ctx = optimize(io.load_proto(proto), level=2, target="onnx", passes=["fuse-attention"],
+                            explain=["onnx-attention"])
+    assert "Attention" not in ops(kept)
+    assert "causal and a mask" in format_explanations(ctx.explanations)
+    mask = np.zeros((B, 1, 1, S), np.float32)
+    mask[1, ..., :2] = np.finfo(np.float32).min
+    assert_same_outputs(io.load_proto(proto), kept, {**feeds(proto), "mask": mask})
+    fused_and_equal = run(attention_model(opset=23), ["fuse-attention"], target="onnx")
+    assert ops(fused_and_equal[1])["Attention"] == 1
+    assert_same_outputs(fused_and_equal[0], fused_and_equal[1], {**feeds(proto), "mask": mask})
 
 
 @pytest.mark.parametrize(

@@ -166,3 +166,35 @@ def _sorted(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
             done.append(n)
         pending = [n for n in pending if n not in ready]
     return done
+
+
+def test_float16_with_a_minus_inf_mask_fuses():
+    """TorchScript's mask Where(visible, 0, -inf) holds no finite lowest value: a masked score is
+    -inf in the graph and the kernel alike, a row of only -inf is 0 in the kernel and (behind the
+    exporters' IsNaN guard) in the graph; float16 then fuses, outputs within float16's precision."""
+    proto = dm.llama_layer(kv_heads=2, dtype=TensorProto.FLOAT16)
+    graph = proto.graph
+    graph.input.append(helper.make_tensor_value_info("visible", TensorProto.BOOL, ["batch", 1, "seq", "total"]))
+    graph.initializer.extend([onnx.numpy_helper.from_array(np.array(0, np.float16), "zero16"),
+                              onnx.numpy_helper.from_array(np.array(-np.inf, np.float16), "minus_inf16")])
+    softmax = next(n for n in graph.node if n.op_type == "Softmax")
+    for node in graph.node:
+        node.input[:] = ["mask_inf" if v == "mask" else v for v in node.input]
+    guard = [helper.make_node("Where", ["visible", "zero16", "minus_inf16"], ["mask_inf"], name="/mask_inf"),
+             helper.make_node("IsNaN", [softmax.output[0]], ["probs_nan"], name="/probs_nan"),
+             helper.make_node("Where", ["probs_nan", "zero16", softmax.output[0]], ["probs_safe"], name="/probs_safe")]
+    for node in graph.node:
+        if node.op_type == "MatMul" and node.input[0] == softmax.output[0]:
+            node.input[0] = "probs_safe"
+    kept = [i for i in graph.input if i.name != "mask"]
+    del graph.input[:]
+    graph.input.extend(kept)
+    graph.node.extend(guard)
+    proto = at_23(helper.make_model(helper.make_graph(_sorted(graph), graph.name, graph.input, graph.output,
+                                                      graph.initializer), opset_imports=proto.opset_import))
+    original, fused, _ = run(proto, target="onnx")
+    assert ops(fused)["Attention"] == 1 and "Softmax" not in ops(fused)
+    for kw in SIZES:
+        feeds = dm.feeds(proto, **kw)
+        feeds["visible"] = dm.feeds(dm.llama_layer(), **kw)["mask"] == 0
+        assert_same_outputs(original, fused, feeds, atol=2e-2)
