@@ -11,6 +11,7 @@ import math
 from typing import Any, Callable
 
 import numpy as np
+from onnx import TensorProto
 
 from graphtool.passes._fuse_common import close, graph_opset, rank
 from graphtool.passes._ort_common import MS_DOMAIN, record_shape, use_ms_domain
@@ -63,8 +64,10 @@ def check_constants(m: Match) -> str | None:
         if array.ndim > max_rank:
             return f"{name} ('{value}') has rank {array.ndim}, more than x's {max_rank}: it would broadcast the result"
         number = float(array.reshape(-1)[0])
-        if not np.isfinite(number) or not close(number, expected, RTOL):
-            return f"{name} is {number:g}, not {expected:.6g} (within {RTOL:g} relative)"
+        # a float16 graph holds the nearest float16 (0.044715 is 0.0447083 there, 1.5e-4 off)
+        nearest = float(np.asarray(expected, array.dtype)) if array.dtype.kind == "f" else expected
+        if not np.isfinite(number) or not (close(number, expected, RTOL) or number == nearest):
+            return f"{name} is {number:g}, not {expected:.6g} (within {RTOL:g} relative, or its {array.dtype} nearest)"
     return None
 
 
@@ -81,11 +84,13 @@ def check_opset(at_least_20: bool) -> Callable[[Match], str | None]:
     return check
 
 
-def check_float(name: str) -> Callable[[Match], str | None]:
+def check_float(name: str, half: bool = False) -> Callable[[Match], str | None]:
+    """float32, or with ``half`` float16 too (onnxruntime's CPU Gelu and FastGelu have float16 kernels)."""
+
     def check(m: Match) -> str | None:
-        if not m.facts.shapes.is_float(m[name]):
-            return f"{name} is not float32 (the contrib kernels' type)"
-        return None
+        if m.facts.shapes.is_float(m[name]) or (half and m.facts.shapes.dtype(m[name]) == TensorProto.FLOAT16):
+            return None
+        return f"{name} is not float32{' or float16' if half else ''} (the contrib kernels' types)"
 
     return check
 

@@ -14,8 +14,10 @@ Rules (patterns here and in ``_gelu_parts.py``; intermediates must have no other
   broadcast a's last dim (a's last dim is 1 or unknown) is refused: the kernels add it per row.
 * ``ort-quick-gelu`` — ``x · Sigmoid(α·x)`` (α = 1 is SiLU/Swish) → ``QuickGelu(x, alpha=α)``.
 
-All emitted ops are float32-only here (the dtype checked); contrib ops are only placed in the main
-graph tree, whose opset imports gain ``com.microsoft``.
+Gelu and FastGelu take float32 or float16 (onnxruntime's CPU kernels have both; a float16 graph's
+constants are accepted as the float16 nearest to the exact value), the others float32 only (the
+dtype checked); contrib ops are only placed in the main graph tree, whose opset imports gain
+``com.microsoft``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from graphtool.passes._fuse_common import graph_opset
 from graphtool.passes._ort_common import MS_DOMAIN, contrib_allowed
 from graphtool.rewrite import OneOf, Rule, RulePass, Scalar, Var, either, ms, op
 
-_gelu = common.all_of(parts.check_opset(False), parts.check_constants, parts.check_float("x"))
+_gelu = common.all_of(parts.check_opset(False), parts.check_constants, parts.check_float("x", half=True))
 ORT_GELU = Rule("ort-gelu-erf", parts.ERF, parts.emit("Gelu", ["x"], MS_DOMAIN), _gelu, emits="Gelu")
 ORT_FAST_GELU = Rule("ort-fast-gelu", parts.TANH, parts.emit("FastGelu", ["x"], MS_DOMAIN), _gelu, emits="FastGelu")
 

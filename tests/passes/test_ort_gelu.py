@@ -211,3 +211,25 @@ def test_bias_that_is_a_graph_input_goes_in(reversed_add):
     graph.input[1].type.tensor_type.shape.dim[0].dim_value = 1
     _, kept, _ = run(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), ["ort-bias-gelu"])
     assert "com.microsoft:BiasGelu" not in ops(kept)
+
+
+@pytest.mark.parametrize("gelu", ["tanh", "erf"])
+def test_float16_gelu_becomes_the_contrib_op_with_float16_constants(gelu):
+    """A float16 graph (onnxruntime's float16 converter, Gemma's GELU-tanh MLP) stores 0.044715 as
+    0.0447083 (1.5e-4 off, beyond the 1e-4 the check allows a float32 constant): the float16
+    nearest of each constant is accepted, and Gelu / FastGelu run float16 on the CPU. Outputs within
+    float16's precision; a constant that is not the float16 nearest is still refused."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = bias_tanh_gelu() if gelu == "tanh" else bias_erf_gelu()
+    half = convert_float_to_float16(model, keep_io_types=False)
+    original, result, _ = run(half, ["ort-gelu"])
+    fused = "com.microsoft:FastGelu" if gelu == "tanh" else "com.microsoft:Gelu"
+    assert ops(result)[fused] == 1, ops(result)
+    x = np.random.default_rng(3).standard_normal((2, 3, H)).astype(np.float16)
+    assert_same_outputs(original, result, {"x": x}, atol=2e-3)
+    if gelu == "tanh":  # 0.04475: within float16's step of 0.044715's nearest, but not it
+        for init in half.graph.initializer:
+            if init.name == "k":
+                init.CopyFrom(numpy_helper.from_array(np.array(0.04475, np.float16), "k"))
+        assert ops(run(half, ["ort-gelu"])[1])[fused] == 0
