@@ -26,7 +26,7 @@ from onnx import TensorProto, helper
 from graphtool.ir.graph import Graph, Node
 from graphtool.pass_manager import PassContext
 from graphtool.runtime import has_cpu_kernel
-from graphtool.shapes import dims_of
+from graphtool.shapes import declared_dims, dims_of
 
 MS_DOMAIN = "com.microsoft"
 FLOAT_TYPES = (TensorProto.FLOAT,)
@@ -115,7 +115,7 @@ class Shapes:
         return t.tensor_type.elem_type, dims_of(t)
 
     def shape(self, value: str) -> list[Dim] | None:
-        shape = self.graph.declared_shape(value)
+        shape = declared_dims(self.graph, value)  # another tool's made-up unk__N dims: unknown
         if shape is not None and all(d is not None for d in shape):
             return shape
         array = self.graph.const(value) if value in self.graph.initializers else None

@@ -19,6 +19,7 @@ from onnx import TensorProto
 from graphtool.ir.graph import Graph, Node
 from graphtool.pass_manager import PassContext
 from graphtool.runtime import is_constant
+from graphtool.shapes import declared_dims
 
 # int: static; str: a named symbolic dim; (value, i): "dim i of value"
 Dim = Union[int, str, tuple]
@@ -89,7 +90,7 @@ def shape_in_scope(graph: Graph, value: str) -> list[Dim] | None:
     g: Graph | None = graph
     while g is not None:
         if g.has_value(value) and not (g.parent is not None and g.is_free(value)):
-            return g.declared_shape(value)
+            return declared_dims(g, value)  # another tool's made-up unk__N dims: unknown
         g = g.parent
     return None
 

@@ -4,8 +4,8 @@ on very large graphs (``segments``)."""
 from __future__ import annotations
 
 import graphtool.ir.model as _model
-from graphtool.shapes.oracle import SMALL_TENSOR_BYTES, ShapeOracle, dims_of, infer
+from graphtool.shapes.oracle import SMALL_TENSOR_BYTES, ShapeOracle, declared_dims, dims_of, infer
 
-__all__ = ["SMALL_TENSOR_BYTES", "ShapeOracle", "dims_of", "infer"]
+__all__ = ["SMALL_TENSOR_BYTES", "ShapeOracle", "declared_dims", "dims_of", "infer"]
 
 _model.SHAPE_ORACLE = ShapeOracle  # Graph.shape() asks it for what a file does not declare

@@ -215,12 +215,47 @@ def _inferred(model: Model) -> ModelProto:
     """``infer`` of the model (weightless), from its serialized form. Without subgraphs the result
     is parsed without its nodes (``_collect`` reads only value infos then): the parsed nodes were
     ~350 bytes each, beside the IR."""
-    data = model_bytes(model, write_tensor=weightless)
+    data = _without_made_up_dims(model_bytes(model, write_tensor=weightless))
     if model.ir_version < 4:
         return infer(ModelProto.FromString(data))
     out = infer_serialized(data)
     graph = None if any(True for _ in model.graph.subgraphs()) else graph_without_nodes(out)
     return ModelProto.FromString(out) if graph is None else ModelProto(graph=GraphProto.FromString(graph))
+
+
+def declared_dims(graph: Graph, value: str) -> list[Dim] | None:
+    """``graph.declared_shape(value)`` with the dims another tool's inference made up (``unk__N``)
+    unknown, except on graph inputs and outputs (the model's interface): such a symbol named one
+    size only within that tool's run, on a graph that may have changed since (onnxruntime's float16
+    converter keeps every value_info its inference made). Inference fills them again
+    (``_without_made_up_dims``)."""
+    dims = graph.declared_shape(value)
+    if dims is None or value in graph.inputs or value in graph.outputs:
+        return dims
+    return [None if isinstance(d, str) and _made_up(d) else d for d in dims]
+
+
+def _without_made_up_dims(data: bytes) -> bytes:
+    """The serialized model with the main graph's value_info dims named ``unk__N`` made unknown.
+
+    Another tool's shape inference wrote them (onnxruntime's float16 converter keeps every
+    value_info its inference made): given to inference as declarations, they stay where it would
+    derive a dim now — a head split's ``[B, S, N, 16]`` stayed ``[unk__1, unk__2, unk__3, unk__19]``,
+    and rotary refused "the rotated size unk__19 is not a static even number". Unknown, inference
+    recomputes them. Graph inputs and outputs keep theirs (the model's interface); a model without
+    any such dim is passed through untouched (one substring search)."""
+    if b"unk__" not in data:
+        return data
+    proto = ModelProto.FromString(data)
+    changed = False
+    for info in proto.graph.value_info:
+        if not info.type.HasField("tensor_type"):
+            continue
+        for d in info.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and _made_up(d.dim_param):
+                d.ClearField("dim_param")
+                changed = True
+    return proto.SerializeToString() if changed else data
 
 
 def _made_up(symbol: str) -> bool:

@@ -180,7 +180,7 @@ def _gelu_tanh(b: _Builder, x: str) -> str:
     return b.op("Mul", [b.op("Mul", [x, b.const(np.array(0.5, np.float32))]), one_plus])
 
 
-def gemma_layer(kv_heads: int = 2) -> onnx.ModelProto:
+def gemma_layer(kv_heads: int = 2, qk_norm: bool = True) -> onnx.ModelProto:
     """A Gemma 3 decoder layer: (1 + w) RMSNorms before and after attention and MLP, q/k RMSNorms
     over the head dim before the rotary, grouped KV heads with a past, a GELU-tanh gated MLP. The
     residual stream's batch reaches q only through shape plumbing (the heads' Reshape target is
@@ -199,8 +199,10 @@ def gemma_layer(kv_heads: int = 2) -> onnx.ModelProto:
     cos = b.op("Unsqueeze", [b.op("Cos", [emb]), b.const(np.array([1], np.int64))])
     sin = b.op("Unsqueeze", [b.op("Sin", [emb]), b.const(np.array([1], np.int64))])
     h = _rms(b, x, H)
-    q4 = _rms(b, b.heads(b.linear(h, H, bias=False), N, x, True), HD)
-    k4 = _rms(b, b.heads(b.linear(h, kv_heads * HD, bias=False), kv_heads, x, True), HD)
+    q4 = b.heads(b.linear(h, H, bias=False), N, x, True)
+    k4 = b.heads(b.linear(h, kv_heads * HD, bias=False), kv_heads, x, True)
+    if qk_norm:  # Gemma 3 / Qwen 3; without: Llama's layer with Gemma's norms around it
+        q4, k4 = _rms(b, q4, HD), _rms(b, k4, HD)
     v4 = b.heads(b.linear(h, kv_heads * HD, bias=False), kv_heads, x, True)
     q4, k4 = b.rotary(q4, cos, sin), b.rotary(k4, cos, sin)
     k_all = b.output(b.op("Concat", [past_k, k4], axis=2), "present_key", ["batch", kv_heads, "total", HD])

@@ -181,6 +181,26 @@ def test_cache_read_by_a_shape_keeps_the_concat():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_llama_style_layer_converted_to_float16_fuses_rotary_and_residual_norm(dtype):
+    """The same layer without q/k norms (Llama's attention): after onnxruntime's float16 converter
+    even q's head dim is a declared unk__N (nothing re-fixes it to 16, as Gemma's q-norm weight
+    does), so rotary refused "the rotated size ... is not a static even number" and fold-shapes
+    could not fold rotate_half's Slice bounds. Made-up declared dims now count as unknown
+    (graphtool.shapes.declared_dims) and are inferred again: 2 rotations, the residual norm."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    proto = dm.gemma_layer(qk_norm=False)
+    if dtype == "float16":
+        proto = convert_float_to_float16(proto, keep_io_types=False)
+    original, fused, _ = run(proto)
+    counts = ops(fused)
+    assert counts["com.microsoft:MultiHeadAttention"] == 1 and counts["com.microsoft:RotaryEmbedding"] == 2, counts
+    assert counts["SimplifiedLayerNormalization"] == 3 and counts["com.microsoft:SkipSimplifiedLayerNormalization"] == 1, counts
+    for kw in SIZES[1:]:
+        assert_same_outputs(original, fused, dm.feeds(proto, **kw), atol=2e-2 if dtype == "float16" else 1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_gemma_layer_fuses_attention_rotary_and_every_norm(dtype):
     """A Gemma 3 layer (q/k RMSNorms before the rotary, norms after attention and MLP) fuses its
     attention, both rotations and all six norms (one of them with the residual Add). float16 as

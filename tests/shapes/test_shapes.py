@@ -9,7 +9,7 @@ import re
 import numpy as np
 from onnx import TensorProto, helper
 
-from graphtool.shapes import ShapeOracle
+from graphtool.shapes import ShapeOracle, declared_dims
 from tests.passes.helpers import const, model, vi
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -55,6 +55,19 @@ def test_made_up_symbols_are_marked_with_their_run_and_unified_across_runs():
     g.add_node("Neg", ["r"], ["later"])  # a value made after run 1 gets run 2's symbols, renamed to run 1's
     oracle.invalidate()
     assert oracle.dims(g, "later") == first and oracle.runs == 2
+
+
+def test_another_tools_made_up_dims_are_unknown_and_inferred_again():
+    """onnxruntime's float16 converter keeps the value_info its own inference made, unk__N included:
+    r declared [unk__0, unk__1] where inference now knows [b, 8]. Declared, they stood in for the dims
+    (a rotary's 'rotated size unk__19 is not a static even number'); now they are unknown to passes
+    (declared_dims) and to inference, which fills them. Graph inputs and outputs keep their symbols."""
+    m = model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Tanh", ["r"], ["y"])],
+              [vi("x", ["b", 8])], [vi("y", ["unk__7", 8])], value_info=[vi("r", ["unk__0", "unk__1"])])
+    assert m.graph.declared_shape("r") == ["unk__0", "unk__1"]  # the IR keeps what the file says
+    assert declared_dims(m.graph, "r") == [None, None]
+    assert declared_dims(m.graph, "y") == ["unk__7", 8] and declared_dims(m.graph, "x") == ["b", 8]
+    assert ShapeOracle(m).dims(m.graph, "r") == ["b", 8]
 
 
 def test_subgraph_values_are_answered():
