@@ -225,7 +225,8 @@ class FuseAttentionMha(_AttentionPass):
 
 @register(level=2, priority=46)
 class FuseAttention(_AttentionPass):
-    """Fuse self-attention subgraphs into the ONNX Attention op (opset >= 23)."""
+    """Fuse attention into the ONNX Attention op (opset >= 23): encoders' self-attention, a
+    decoder's cached self-attention (past/present, grouped KV heads) and cross-attention."""
 
     rules = (ONNX_ATTENTION, ONNX_PROJECTED, ONNX_CACHED)
 

@@ -198,3 +198,19 @@ def test_float16_with_a_minus_inf_mask_fuses():
         feeds = dm.feeds(proto, **kw)
         feeds["visible"] = dm.feeds(dm.llama_layer(), **kw)["mask"] == 0
         assert_same_outputs(original, fused, feeds, atol=2e-2)
+
+
+def test_onnxscript_whisper_decoder_at_opset_23():
+    """onnxscript's one-layer Whisper decoder (self-attention over past + new keys, cross-attention
+    over the cached encoder keys), converted to opset 23: both attentions become ONNX Attention,
+    outputs as the converted model's on the peer's inputs (outputs up to ~113: rel. 5e-6)."""
+    from graphtool.convert import convert
+
+    models = pytest.importorskip("onnxscript.rewriter.models._whisper_decoder")
+    ir = pytest.importorskip("onnx_ir")
+    test = models.whisper_decoder_test()
+    converted = convert(io.load_proto(ir.serde.serialize_model(test.get_onnx_model())), 23, verify_outputs=False).model
+    fused, _, _ = optimize(converted, level=2, target="onnx")
+    counts = ops(fused)
+    assert counts["Attention"] == 2 and "Softmax" not in counts, counts
+    assert_same_outputs(converted, fused, test.get_ort_inputs(), atol=2e-3)
