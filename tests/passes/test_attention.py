@@ -158,6 +158,8 @@ def test_onnx_attention_refuses_causal_with_a_padding_mask():
     mask = np.zeros((B, 1, 1, S), np.float32)
     mask[1, ..., :2] = np.finfo(np.float32).min
     assert_same_outputs(io.load_proto(proto), kept, {**feeds(proto), "mask": mask})
+    projected = attention_model(opset=23, causal=True, weights_as_inputs=True)  # onnx-projected-attention's form
+    assert "Attention" not in ops(run(projected, ["fuse-attention"], target="onnx")[1])
     fused_and_equal = run(attention_model(opset=23), ["fuse-attention"], target="onnx")
     assert ops(fused_and_equal[1])["Attention"] == 1
     assert_same_outputs(fused_and_equal[0], fused_and_equal[1], {**feeds(proto), "mask": mask})
