@@ -80,10 +80,13 @@ def format_result(result: TuneResult) -> str:
 @input_options
 @click.option("--rtol", type=float, default=RTOL, show_default=True)
 @click.option("--atol", type=float, default=ATOL, show_default=True)
+@click.option("--environment/--no-environment", default=True, show_default=True,
+              help="Also time the winner in fresh processes with malloc asking for transparent huge pages "
+                   "(GLIBC_TUNABLES=glibc.malloc.hugetlb=1) and recommend it where every such process was faster.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def tune_command(model_path: str, output: str, target: str, threads: int | None, budget: float, prefill: int,
                  past: int, pick: str, input_shapes: tuple[str, ...], inputs_file: str | None,
-                 input_values: tuple[str, ...], rtol: float, atol: float, as_json: bool) -> None:
+                 input_values: tuple[str, ...], rtol: float, atol: float, environment: bool, as_json: bool) -> None:
     """Measure graphtool's rewrite sets x onnxruntime's settings on this machine; keep the fastest.
 
     Kernel micro-benchmarks (each fused op against the subgraph it replaces, at the model's
@@ -108,7 +111,7 @@ def tune_command(model_path: str, output: str, target: str, threads: int | None,
     with progress_steps("tuning", enabled=not as_json) as step:
         run = tune_file(model_path, output, original=original, target=target, threads=threads, budget=budget,
                         feeds=feeds, input_shapes=shapes, input_values=values, rtol=rtol, atol=atol, progress=step,
-                        prefill=prefill, past=past, pick=pick)
+                        prefill=prefill, past=past, pick=pick, environment=environment)
     result = run.result
     report = run.as_dict()
     if as_json:
@@ -127,3 +130,6 @@ def tune_command(model_path: str, output: str, target: str, threads: int | None,
     echo(f"wrote {output} and {output}{SESSION_SUFFIX}")
     echo("")
     echo(snippet(result.winner, output))
+    if run.settings.get("environment"):
+        env = " ".join(f"{k}={v}" for k, v in run.settings["environment"].items())
+        echo(f"# and start the process that runs it with {env} (measured faster here: see the findings)")

@@ -232,5 +232,12 @@ def session_for(path: str | os.PathLike[str]) -> ort.InferenceSession:
     level = settings.get("graph_optimization_level", "all")
     if level not in LEVELS:
         raise BadModel(f"{settings_path}: unknown graph_optimization_level '{level}'")
+    missing = {k: v for k, v in (settings.get("environment") or {}).items() if v not in os.environ.get(k, "")}
+    if missing:  # a variable acts when a process starts: this one can only be told
+        import warnings
+
+        warnings.warn(f"{os.path.basename(path)} was measured fastest in a process started with "
+                      + " ".join(f"{k}={v}" for k, v in missing.items()) + "; this one was not (see "
+                      f"{os.path.basename(settings_path)})", RuntimeWarning, stacklevel=2)
     return tuned_session(path, level, tuple(settings.get("disabled_optimizers", ())),
                          int(settings.get("intra_op_num_threads", 0)))

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from graphtool.tune.ort import (
            PAST_TOKENS,
-           PICKS,
            PREFILL_TOKENS,
            clock_for,
            rewrite_passes,
-           step_latencies,
            tune_file,
 )
+from graphtool.tune.outcome import PICKS, step_latencies
 from graphtool.tune.race import round_means
 from graphtool.tune.search import (
            Candidate,

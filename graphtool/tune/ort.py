@@ -15,12 +15,10 @@ per new token) carrying both steps' seconds, so every row reports both latencies
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -31,7 +29,15 @@ from graphtool import io
 from graphtool.ir.model import Model
 from graphtool.optimize import optimize
 from graphtool.pass_manager import load_builtin_and_plugins, select_passes
-from graphtool.runtime import SESSION_SUFFIX, tuned_session
+from graphtool.runtime import tuned_session
+from graphtool.tune.environment import recommend
+from graphtool.tune.outcome import (
+    PICKS,
+    TuneRun,
+    decoder_report,
+    session_settings,
+    write_settings,
+)
 from graphtool.tune.search import tune
 from graphtool.tune.space import (
     FUSED_OPS,
@@ -40,7 +46,6 @@ from graphtool.tune.space import (
     OrtSettings,
     RewriteSet,
     Sample,
-    TuneResult,
 )
 from graphtool.verify import ATOL, RTOL, find_inputs, find_step_inputs, verify
 
@@ -55,8 +60,6 @@ MEMORY_SHARE = 0.25
 # A decoder's generation steps: a prefill of this many tokens over an empty cache, a decode step
 # of one token over this many cached ones (--prefill, --past), ranked by the decode step (--pick).
 PREFILL_TOKENS, PAST_TOKENS = 64, 64
-PICKS = {"decode": "the decode step (a generation runs one prefill, then one decode step per new token)",
-         "prefill": "the prefill (--pick prefill: the time to the first token)"}
 
 
 def rewrite_passes(rewrite: RewriteSet, target: str) -> list[str] | None:
@@ -389,66 +392,12 @@ class Verifier:
         return None if result.ok else result.summary()
 
 
-@dataclass
-class TuneRun:
-    """What ``tune_file`` did: the search's result, the inputs it timed on, the winner's verification."""
-
-    model_path: str
-    output: str
-    target: str
-    budget: float
-    result: TuneResult
-    timing_shapes: dict[str, list[int]]
-    timing_how: str
-    verification: str
-    settings: dict[str, Any]
-    decoder: dict[str, Any] | None = None  # a KV-cache model's steps, the rule that picked, both latencies
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"input": self.model_path, "output": self.output, "session": self.output + SESSION_SUFFIX,
-                "target": self.target, "budget": self.budget, "timing_inputs": self.timing_shapes,
-                "timing_inputs_how": self.timing_how, "verification": self.verification, "settings": self.settings,
-                "decoder": self.decoder, **self.result.as_dict()}
-
-
-def session_settings(result: TuneResult, output: str) -> dict[str, Any]:
-    """What OUT.session.json holds: the onnxruntime settings (what ``runtime.session_for`` reads)
-    and how they were found (for the person who wonders why a fusion is off)."""
-    import platform
-
-    import onnxruntime as ort
-
-    return {"model": os.path.basename(output), "providers": ["CPUExecutionProvider"], **result.winner.ort.as_dict(),
-            "rewrite": result.winner.rewrite.as_dict(), "onnxruntime": ort.__version__,
-            "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
-            "speedup": round(result.speedup, 4), "confidence": round(result.confidence, 3)}
-
-
-def step_latencies(result: TuneResult, candidate: Candidate) -> dict[str, float]:
-    """A decoder's step → seconds for ``candidate`` from the last row that measured it ({} for other models)."""
-    rows = [r for r in result.rows if r.candidate == candidate and r.steps and r.status == "measured"]
-    return dict(rows[-1].steps) if rows else {}
-
-
-def _decoder_report(result: TuneResult, prefill: int, past: int, pick: str,
-                    shapes: dict[str, dict[str, list[int]]]) -> dict[str, Any]:
-    winner, original = step_latencies(result, result.winner), step_latencies(result, result.baseline)
-    result.findings.insert(0, f"KV cache: every run timed a prefill of {prefill} tokens (empty past) and then a decode "
-                              f"step (1 token over {past} past); candidates ranked by {PICKS[pick]}")
-    if winner and original:
-        result.findings.insert(1, "the winner: " + ", ".join(
-            f"{step} {winner[step] * 1000:.2f} ms ({original[step] / winner[step]:.2f}x the original's "
-            f"{original[step] * 1000:.2f} ms)" for step in winner if step in original))
-    return {"prefill_tokens": prefill, "past_tokens": past, "pick": pick, "rule": PICKS[pick], "steps": shapes,
-            "winner_ms": {k: round(v * 1000, 4) for k, v in winner.items()},
-            "original_ms": {k: round(v * 1000, 4) for k, v in original.items()}}
-
-
 def tune_file(model_path: str, output: str, original: Model | None = None, target: str = "ort",
               threads: int | None = None, budget: float = 300.0, feeds: dict[str, np.ndarray] | None = None,
               input_shapes: dict[str, list[int]] | None = None, input_values: dict[str, list[Any]] | None = None,
               rtol: float = RTOL, atol: float = ATOL, progress: Callable[[str], None] = lambda _s: None,
-              prefill: int = PREFILL_TOKENS, past: int = PAST_TOKENS, pick: str = "decode") -> TuneRun:
+              prefill: int = PREFILL_TOKENS, past: int = PAST_TOKENS, pick: str = "decode",
+              environment: bool = True) -> TuneRun:
     """Tune ``model_path`` on this machine; write the winner to ``output`` and its onnxruntime
     settings to ``output.session.json``. Times on ``feeds`` if given; else a model with a KV cache on
     a prefill of ``prefill`` tokens and a decode step over ``past`` cached ones (ranked by ``pick``),
@@ -496,10 +445,17 @@ def tune_file(model_path: str, output: str, original: Model | None = None, targe
         else:
             verification = verifier.summaries.get(result.winner.rewrite, "verified")
         io.save(timer.model(result.winner.rewrite), output)
-    decoder = None if steps is None else _decoder_report(
+    decoder = None if steps is None else decoder_report(
         result, prefill, past, pick, {k: {n: list(v.shape) for n, v in f.items()} for k, f in steps.items()})
     settings = session_settings(result, output)
-    with io.atomic_file(output + SESSION_SUFFIX) as handle:
-        handle.write((json.dumps(settings, indent=2) + "\n").encode())
+    write_settings(output, settings)
+    if environment:  # measured in child processes opening what was just written (graphtool.tune.environment)
+        progress("trying huge pages for malloc")
+        env, finding = recommend(output, steps if steps is not None else {"run": timing},
+                                 pick if steps is not None else "run")
+        result.findings.append(finding)
+        if env:
+            settings["environment"] = env
+            write_settings(output, settings)
     return TuneRun(model_path, output, target, budget, result, {k: list(v.shape) for k, v in timing.items()}, how,
                    verification, settings, decoder)

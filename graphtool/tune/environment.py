@@ -1,0 +1,150 @@
+"""The process environment a tuned model runs fastest in: transparent huge pages for malloc.
+
+onnxruntime keeps a model's weights (and MLAS's prepacked copies of them) in memory it gets from
+malloc. Where the kernel hands out transparent huge pages only on request (``madvise``, the
+default of most distributions) glibc's malloc never asks, so every weight sits on 4 KiB pages and
+a decode step, which streams all of them, pays a TLB miss every 4 KiB. Measured on the 6-layer
+Llama of bench/decoder_latency.py (81 MB of weights, one thread, a shared 2-core host): a decode
+step took 20-35 ms CPU with glibc's defaults and 8.0-8.6 ms with ``GLIBC_TUNABLES=
+glibc.malloc.hugetlb=1`` (malloc asks for huge pages), and six sessions of one file sat 22-62 %
+apart without it, 5-7 % with it.
+
+An environment variable acts when a process starts, so it cannot be tried on a session: each
+environment is measured in fresh child processes (``python -m graphtool.tune.environment``, which
+opens the tuned model with its ``session.json`` and times its steps in CPU time), in turns
+(as is, huge pages, as is, ...). Huge pages are recommended only when every process with them was
+faster than every process without (3 against 3: one chance in 20 were they alike) by at least
+``MIN_GAIN``; ``session.json`` then carries the variable under ``environment`` and the report
+says what it bought. It is a recommendation for the user's serving process: graphtool cannot set
+it for a process that has started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+HUGE_PAGES = {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+PROCESSES = 3  # per environment, in turns
+RUNS = 20  # timed runs of every step per process (after 3 untimed)
+MIN_GAIN = 1.05
+THP = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def huge_pages_applicable() -> str | None:
+    """None when asking for huge pages can change anything here, else why not (said in the report)."""
+    if not sys.platform.startswith("linux"):
+        return "not Linux"
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        return "not glibc"
+    if "hugetlb" in os.environ.get("GLIBC_TUNABLES", ""):
+        return "GLIBC_TUNABLES already sets glibc.malloc.hugetlb"
+    try:
+        with open(THP, encoding="ascii") as handle:
+            mode = handle.read()
+    except OSError:
+        return "no transparent huge pages in this kernel"
+    if "[madvise]" not in mode:
+        return "transparent huge pages are " + ("always on" if "[always]" in mode else "off") + " here"
+    return None
+
+
+def measure(model_path: str, steps: dict[str, dict[str, np.ndarray]], envs: dict[str, dict[str, str]],
+            processes: int = PROCESSES, runs: int = RUNS, timeout: float = 300.0) -> dict[str, list[dict[str, float]]]:
+    """Environment label → one {step: median CPU seconds} per child process, the environments in turns."""
+    with tempfile.TemporaryDirectory(prefix="graphtool-env-") as work:
+        feeds_path = os.path.join(work, "steps.npz")
+        np.savez(feeds_path, **{f"{step}/{name}": value for step, feeds in steps.items()
+                                for name, value in feeds.items()})
+        out: dict[str, list[dict[str, float]]] = {label: [] for label in envs}
+        for _ in range(processes):
+            for label, extra in envs.items():
+                cmd = [sys.executable, "-m", "graphtool.tune.environment", model_path, feeds_path, str(runs)]
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                                      env={**os.environ, **extra})
+                if proc.returncode != 0:
+                    raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "probe failed")
+                out[label].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        return out
+
+
+def decide(times: dict[str, list[dict[str, float]]], step: str) -> tuple[bool, float]:
+    """(huge pages recommended, the gain: median of the as-is processes over huge pages') on ``step``."""
+    plain = [t[step] for t in times["as is"]]
+    huge = [t[step] for t in times["huge pages"]]
+    gain = statistics.median(plain) / statistics.median(huge)
+    return max(huge) < min(plain) and gain >= MIN_GAIN, gain
+
+
+def recommend(model_path: str, steps: dict[str, dict[str, np.ndarray]], pick: str) -> tuple[dict[str, str], str]:
+    """(the environment to run ``model_path`` in — {} for as is —, the report's finding)."""
+    why_not = huge_pages_applicable()
+    if why_not:
+        return {}, f"environment: huge pages for malloc not tried ({why_not})"
+    start = time.perf_counter()
+    try:
+        times = measure(model_path, steps, {"as is": {}, "huge pages": HUGE_PAGES})
+    except (RuntimeError, subprocess.TimeoutExpired, OSError) as err:
+        return {}, f"environment: huge pages for malloc not measured ({str(err)[:160]})"
+    took = time.perf_counter() - start
+    yes, gain = decide(times, pick)
+    each = "; ".join(f"{label} " + ", ".join(f"{statistics.median(t[s] for t in runs) * 1000:.2f} ms {s}"
+                                             for s in steps) for label, runs in times.items())
+    said = f"{PROCESSES} fresh processes each, in turns, {took:.0f} s: {each}"
+    if yes:
+        return dict(HUGE_PAGES), (f"environment: run it with {_as_shell(HUGE_PAGES)} (malloc asks the kernel for "
+                                  f"transparent huge pages): {gain:.2f}x on the {pick} step, every process faster "
+                                  f"({said}); session.json records it under \"environment\"")
+    return {}, f"environment: huge pages for malloc measured {gain:.2f}x on the {pick} step, not a clear win ({said})"
+
+
+def _as_shell(env: dict[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in env.items())
+
+
+def _probe(model_path: str, feeds_path: str, runs: int) -> dict[str, float]:
+    """In the child: open the tuned model with its session.json, time each step (CPU time)."""
+    from graphtool.runtime import session_for
+
+    data = np.load(feeds_path)
+    steps: dict[str, dict[str, np.ndarray]] = {}
+    for key in data.files:
+        step, name = key.split("/", 1)
+        steps.setdefault(step, {})[name] = data[key]
+    session = session_for(model_path)
+    wanted = {i.name for i in session.get_inputs()}
+    steps = {s: {k: v for k, v in f.items() if k in wanted} for s, f in steps.items()}
+    for _ in range(3):
+        for feeds in steps.values():
+            session.run(None, feeds)
+    took: dict[str, list[float]] = {s: [] for s in steps}
+    for _ in range(runs):
+        for step, feeds in steps.items():
+            begin = time.process_time()
+            session.run(None, feeds)
+            took[step].append(time.process_time() - begin)
+    return {s: statistics.median(t) for s, t in took.items()}
+
+
+def main(argv: list[str]) -> int:
+    model_path, feeds_path, runs = argv[0], argv[1], int(argv[2])
+    print(json.dumps(_probe(model_path, feeds_path, runs)))
+    return 0
+
+
+def describe(env: dict[str, Any]) -> str:
+    return _as_shell(env) if env else "as is"
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
