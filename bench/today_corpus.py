@@ -361,7 +361,7 @@ def export(wrapper, names, outputs, sample, axes, path: Path, exporter: str) -> 
 
 # transformers' own exporter (transformers.exporters.OnnxExporter, experimental in 5.x) names the
 # cache its own way: input.cache.layers.{i}.keys/.values in, output.cache.layers.{i}.keys/.values out.
-TRANSFORMERS_EXPORTER = ("llama", "qwen3")
+TRANSFORMERS_EXPORTER = ("llama", "qwen3", "gemma3", "smollm3", "phi4mini", "granite", "olmo2")
 
 
 def transformers_names(names: list[str]) -> list[str]:
@@ -441,7 +441,8 @@ def qdq_variant(src: Path, dst: Path, recipe: dict) -> None:
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
 
 
-UNSEEN_VARIANTS = {"gemma3_fp16": ("gemma3_torchscript", "fp16")}
+UNSEEN_VARIANTS = {"gemma3_fp16": ("gemma3_torchscript", "fp16"), "smollm3_fp16": ("smollm3_dynamo", "fp16_io32"),
+                   "phi4mini_dynq": ("phi4mini_torchscript", "dynamic_int8"), "olmo2_qdq": ("olmo2_torchscript", "qdq_int8")}
 VARIANTS = {
     # name: (source export, kind)
     "llama_fp16": ("llama_torchscript", "fp16"),  # fp16 inputs/outputs

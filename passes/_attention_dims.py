@@ -1,15 +1,17 @@
 """Proofs about one dim of an attention's tensors, for the attention rules' checks
 (``passes/_attention_parts.py``): that two dims are equal (walking each up through the ops that
-copy a dim — Reshape/Expand targets built from Shape pieces, a head split's -1, Concats part by
-part, as a KV cache's past and new lengths), and the size the graph fixes for a dim where shape
-inference gave up. Apart from the checks because they are a small theory of their own: each
+copy a dim — Reshape/Expand targets built from Shape pieces (an Expand target that is not
+traceable as a whole, element by element: TorchScript's ``Where(Equal(t, -1), 1, t)`` of a mask's
+[B, -1, S, P + S]), a head split's -1, Concats part by part, as a KV cache's past and new lengths,
+broadcasting ops (comparisons and And/Or too: an in-graph mask), ``Range(0, n, 1)``'s n), and the
+size the graph fixes for a dim where shape inference gave up. Apart from the checks because they are a small theory of their own: each
 answer is memoised on the match, and a cycle proves nothing.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from graphtool.passes._ort_common import MS_DOMAIN, shape_pieces
+from graphtool.passes._ort_common import MS_DOMAIN, piece_at, shape_pieces
 
 from graphtool.rewrite import Match
 
@@ -53,6 +55,9 @@ def _dim_chain(m: Match, dim: Dim, depth: int = 0) -> list[Dim]:
     return chain
 
 
+# numpy broadcasting: an output dim is the one input dim that is not 1 there
+_BROADCASTING = {"Add", "Sub", "Mul", "Div", "Where", "And", "Or", "Xor", "Equal", "Less", "LessOrEqual", "Greater",
+                 "GreaterOrEqual"}
 _SAME_SHAPE = {"Cast", "Neg", "Identity", "Softmax", "Sqrt", "Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Abs", "Dropout",
                "Cos", "Sin", "Reciprocal", "LayerNormalization", "Gelu", "Softplus", "IsNaN", "Not",
                "DynamicQuantizeLinear", "DequantizeLinear", "QuantizeLinear", "RotaryEmbedding", "RMSNormalization"}
@@ -197,7 +202,7 @@ def _dim_step(m: Match, dim: Dim, depth: int = 0) -> Dim | None:
     if matmul and r is not None and axis == r - 2 and shapes.rank(node.inputs[0]) == r:
         return (node.inputs[0], axis)  # rows of A
     matmul_batch = matmul and r is not None and axis < r - 2
-    if (node.op_type in ("Add", "Sub", "Mul", "Div", "Where") or matmul_batch) and r is not None:
+    if (node.op_type in _BROADCASTING or matmul_batch) and r is not None:
         candidates = []
         for v in node.inputs:
             rv = shapes.rank(v)
@@ -211,6 +216,13 @@ def _dim_step(m: Match, dim: Dim, depth: int = 0) -> Dim | None:
         if candidates and all(same_dim(m, candidates[0], c, depth + 1) for c in candidates[1:]):
             return candidates[0]
         return None
+    if node.op_type == "Range" and axis == 0 and r == 1:
+        # Range(0, n, 1) has n elements: a mask's arange over the batch or the keys
+        start, delta = graph.const(node.inputs[0]), graph.const(node.inputs[2])
+        if start is None or delta is None or start.size != 1 or delta.size != 1 or start.item() != 0 or delta.item() != 1:
+            return None
+        limit = shape_pieces(graph, shapes, node.inputs[1])
+        return limit[0] if limit is not None and len(limit) == 1 and isinstance(limit[0], tuple) else None
     if node.op_type == "Tile" and r is not None:
         # out dim = in dim × repeats: a repeat of 1 keeps the input's dim; an input dim of 1 takes
         # the repeat (Whisper's positions: Tile([1, S] positions, [B, 1]) → [B, S])
@@ -226,16 +238,24 @@ def _dim_step(m: Match, dim: Dim, depth: int = 0) -> Dim | None:
         return None
     pieces = shape_pieces(graph, shapes, node.inputs[1])
     r_in = shapes.rank(node.inputs[0])
-    if pieces is None or r is None or r_in is None or len(pieces) != r or not 0 <= axis < r:
+    if r is None or r_in is None or not 0 <= axis < r or (pieces is not None and len(pieces) != r):
         return None
-    piece = pieces[axis]
+    if pieces is None:  # one element traced alone: a mask's [B, -1, S, P + S] target gives B and S
+        if node.op_type != "Expand" or shapes.shape(node.inputs[1]) != [r]:
+            return None
+        piece = piece_at(graph, shapes, node.inputs[1], axis)
+        if piece is None:
+            return None
+    else:
+        piece = pieces[axis]
     if node.op_type == "Expand":
         pos = axis - (r - r_in)
         if piece == 1 and pos >= 0:
             return (node.inputs[0], pos)
         if isinstance(piece, tuple) and (pos < 0 or m.facts.dims.static(node.inputs[0], pos) == 1):
             return piece
-        if isinstance(piece, tuple) and m.facts.dims.equal(piece, (node.inputs[0], pos)):
+        if isinstance(piece, tuple) and (m.facts.dims.equal(piece, (node.inputs[0], pos))
+                                         or same_dim(m, piece, (node.inputs[0], pos), depth + 1)):
             return (node.inputs[0], pos)
         return None
     if isinstance(piece, tuple):

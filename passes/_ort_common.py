@@ -228,6 +228,48 @@ def shape_pieces(graph: Graph, shapes: Shapes, value: str, depth: int = 0) -> li
     return None
 
 
+def piece_at(graph: Graph, shapes: Shapes, value: str, index: int, depth: int = 0) -> Piece | None:
+    """Element ``index`` of a 1-D shape tensor, traced on its own where the whole vector is not
+    (``shape_pieces``): the Concat part that holds it, a vector flattened by Reshape [-1], and
+    TorchScript's Expand target ``Where(Equal(t, -1), ones, t)`` (a dim of t is never negative,
+    so it stays; a -1 becomes the 1). A decoder mask's target [B, -1, S, P + S] gives B and S
+    though P + S is a sum."""
+    if depth > 12 or index < 0:
+        return None
+    whole = shape_pieces(graph, shapes, value, depth)
+    if whole is not None:
+        return whole[index] if index < len(whole) else None
+    node = graph.producer(value)
+    if node is None or not is_standard(node):
+        return None
+    op = node.op_type
+    if op == "Concat":
+        start = 0
+        for part in node.inputs:
+            shape = shapes.shape(part)
+            if shape is None or len(shape) != 1 or not isinstance(shape[0], int):
+                return None
+            if index < start + shape[0]:
+                return piece_at(graph, shapes, part, index - start, depth + 1)
+            start += shape[0]
+        return None
+    if op == "Reshape" and _const_ints(graph, node.inputs[1]) == [-1]:
+        return piece_at(graph, shapes, node.inputs[0], index, depth + 1)
+    if op == "Where":
+        cond = graph.producer(node.inputs[0])
+        if cond is None or cond.op_type != "Equal" or not is_standard(cond) or cond.inputs[0] != node.inputs[2]:
+            return None
+        k, alt = _const_ints(graph, cond.inputs[1]), _const_ints(graph, node.inputs[1])
+        if not k or not alt or any(len(v) > 1 and index >= len(v) for v in (k, alt)):
+            return None
+        k_i, alt_i = k[index if len(k) > 1 else 0], alt[index if len(alt) > 1 else 0]
+        piece = piece_at(graph, shapes, node.inputs[2], index, depth + 1)
+        if isinstance(piece, int):
+            return alt_i if piece == k_i else piece
+        return piece if piece is not None and k_i < 0 else None
+    return None
+
+
 _SAME_SHAPE_UNARY = {
     "Relu", "Gelu", "Erf", "Tanh", "Sigmoid", "Cast", "Identity", "Softmax", "LayerNormalization",
     "Dropout", "Neg", "Sqrt", "Exp", "Abs", "LeakyRelu", "HardSigmoid", "HardSwish", "Clip",

@@ -190,14 +190,7 @@ def gemma_layer(kv_heads: int = 2, qk_norm: bool = True) -> onnx.ModelProto:
     mask = b.input("mask", ["batch", 1, "seq", "total"])
     past_k = b.input("past_key", ["batch", kv_heads, "past", HD])
     past_v = b.input("past_value", ["batch", kv_heads, "past", HD])
-    positions = b.input("position_ids", ["batch", "seq"], TensorProto.INT64)
-    # the model's rotary_emb: inv_freq @ positions, Concat(f, f), Cos / Sin, Unsqueeze to [B, 1, S, h]
-    inv = b.const((1.0 / 10000 ** (np.arange(0, HD, 2) / HD)).reshape(1, HD // 2, 1).astype(np.float32))
-    p3 = b.op("Cast", [b.op("Unsqueeze", [positions, b.const(np.array([1], np.int64))])], to=F32)
-    f = b.op("Transpose", [b.op("MatMul", [inv, p3])], perm=[0, 2, 1])
-    emb = b.op("Concat", [f, f], axis=-1)
-    cos = b.op("Unsqueeze", [b.op("Cos", [emb]), b.const(np.array([1], np.int64))])
-    sin = b.op("Unsqueeze", [b.op("Sin", [emb]), b.const(np.array([1], np.int64))])
+    cos, sin = _rotary_tables(b, b.input("position_ids", ["batch", "seq"], TensorProto.INT64))
     h = _rms(b, x, H)
     q4 = b.heads(b.linear(h, H, bias=False), N, x, True)
     k4 = b.heads(b.linear(h, kv_heads * HD, bias=False), kv_heads, x, True)
@@ -214,6 +207,76 @@ def gemma_layer(kv_heads: int = 2, qk_norm: bool = True) -> onnx.ModelProto:
     act = b.op("Mul", [_gelu_tanh(b, b.linear(m, H, bias=False)), b.linear(m, H, bias=False)])
     out = b.op("Add", [r1, _rms(b, b.linear(act, H, bias=False), H)])
     b.output(out, "y", ["batch", "seq", H])
+    return b.model()
+
+
+def _rotary_tables(b: _Builder, positions: str) -> tuple[str, str]:
+    """The model's rotary_emb: inv_freq @ positions, Concat(f, f), Cos / Sin, Unsqueeze to [B, 1, S, h]."""
+    inv = b.const((1.0 / 10000 ** (np.arange(0, HD, 2) / HD)).reshape(1, HD // 2, 1).astype(np.float32))
+    p3 = b.op("Cast", [b.op("Unsqueeze", [positions, b.const(np.array([1], np.int64))])], to=F32)
+    f = b.op("Transpose", [b.op("MatMul", [inv, p3])], perm=[0, 2, 1])
+    emb = b.op("Concat", [f, f], axis=-1)
+    return (b.op("Unsqueeze", [b.op("Cos", [emb]), b.const(np.array([1], np.int64))]),
+            b.op("Unsqueeze", [b.op("Sin", [emb]), b.const(np.array([1], np.int64))]))
+
+
+def falcon_layer() -> onnx.ModelProto:
+    """Falcon's self-attention as transformers 5's TorchScript export writes it: the mask built in
+    the graph from attention_mask [B, P+S] — causal LessOrEqual of aranges, padding looked up by a
+    flattened Gather at arange(B)·(P+S) + arange(P+S), And-ed, then Expand to TorchScript's target
+    Where(Equal(t, -1), 1, t) of t = [B, -1, S, P+S] (P + S is a sum: the vector is not traceable as
+    a whole) — rotary on q and k, the past concat, sdpa, and Falcon's ``view(B, N, S, h)`` after the
+    product with v (a no-op Reshape whose target comes from x's shape). Proving that view a no-op
+    needs P·V's batch = x's: through the mask's Expand, And, the Gather's Reshape to the index's
+    shape, and Range(0, B, 1)."""
+    b = _Builder(3)
+    x = b.input("x", ["batch", "seq", H])
+    attention_mask = b.input("attention_mask", ["batch", "total"], TensorProto.INT64)
+    past_k = b.input("past_key", ["batch", N, "past", HD])
+    past_v = b.input("past_value", ["batch", N, "past", HD])
+    cos, sin = _rotary_tables(b, b.input("position_ids", ["batch", "seq"], TensorProto.INT64))
+    zero, one = b.const(np.array(0, np.int64)), b.const(np.array(1, np.int64))
+
+    def scalar_dim(value: str, axis: int) -> str:
+        return b.op("Gather", [b.op("Shape", [value]), b.const(np.array(axis, np.int64))])
+
+    batch, seq, past = scalar_dim(x, 0), scalar_dim(x, 1), scalar_dim(past_k, 2)
+    total = b.op("Add", [past, seq])
+    kv_idx = b.op("Unsqueeze", [b.op("Range", [zero, total, one]), b.const(np.array([0, 1, 2], np.int64))])
+    q_pos = b.op("Unsqueeze", [b.op("Add", [b.op("Range", [zero, seq, one]), past]),
+                               b.const(np.array([0, 1, 3], np.int64))])
+    causal = b.op("LessOrEqual", [kv_idx, q_pos])  # [1, 1, S, T]
+    rows = b.op("Unsqueeze", [b.op("Range", [zero, batch, one]), b.const(np.array([1, 2, 3], np.int64))])
+    width = b.op("Gather", [b.op("Shape", [attention_mask]), b.const(np.array([1], np.int64))])
+    index = b.op("Add", [kv_idx, b.op("Mul", [rows, width])])  # [B, 1, 1, T]
+    flat = b.op("Flatten", [b.op("Cast", [attention_mask], to=TensorProto.BOOL)], axis=2)
+    looked = b.op("Reshape", [b.op("Gather", [flat, index]), b.const(np.array([-1], np.int64))])
+    padding = b.op("Reshape", [looked, b.op("Shape", [index])])  # [B, 1, 1, T]
+    allowed = b.op("And", [causal, padding])
+
+    def vec(v: str) -> str:
+        return b.op("Unsqueeze", [v, b.const(np.array([0], np.int64))])
+
+    t = b.op("Concat", [vec(batch), b.const(np.array([-1], np.int64)), vec(seq), vec(total)], axis=0)
+    t = b.op("Where", [b.op("Equal", [t, b.const(np.array([-1, -1, -1, -1], np.int64))]),
+                       b.const(np.array([1, 1, 1, 1], np.int64)), t])
+    mask = b.op("Where", [b.op("Expand", [allowed, t]), b.const(np.array(0.0, np.float32)),
+                          b.const(np.array(MIN, np.float32))])
+    q4 = b.rotary(b.heads(b.linear(x, H, bias=False), N, x, True), cos, sin)
+    k4 = b.rotary(b.heads(b.linear(x, H, bias=False), N, x, True), cos, sin)
+    v4 = b.heads(b.linear(x, H, bias=False), N, x, True)
+    k_all = b.output(b.op("Concat", [past_k, k4], axis=2), "present_key", ["batch", N, "total", HD])
+    v_all = b.output(b.op("Concat", [past_v, v4], axis=2), "present_value", ["batch", N, "total", HD])
+    c = b.const(np.array(HD ** -0.25, np.float32))
+    scores = b.op("MatMul", [b.op("Mul", [q4, c]), b.op("Mul", [b.op("Transpose", [k_all], perm=[0, 1, 3, 2]), c])])
+    probs = b.op("Softmax", [b.op("Add", [scores, mask])], axis=-1)
+    ctx = b.op("MatMul", [probs, v_all])
+    view = b.op("Concat", [vec(batch), b.const(np.array([N], np.int64)), vec(seq), b.const(np.array([HD], np.int64))],
+                axis=0)
+    ctx = b.op("Reshape", [ctx, view])  # Falcon's attn_output.view(B, N, S, h)
+    target = b.op("Concat", [b.dim(x, 0), b.dim(x, 1), b.const(np.array([H], np.int64))], axis=0)
+    y = b.op("Reshape", [b.op("Transpose", [ctx], perm=[0, 2, 1, 3]), target])
+    b.output(b.linear(y, H, bias=False), "y", ["batch", "seq", H])
     return b.model()
 
 
@@ -291,6 +354,10 @@ def _feeds(model, batch, seq, past, enc, rng) -> dict[str, np.ndarray]:
         elif i.name == "encoder_mask":
             m = np.ones((batch, enc), np.int64)
             m[1:, enc - 3:] = 0
+            out[i.name] = m
+        elif i.name == "attention_mask":  # 1 over past + new keys, the second sequence left-padded
+            m = np.ones((batch, total), np.int64)
+            m[1:, : min(2, total - 1)] = 0
             out[i.name] = m
         elif i.name == "position_ids":
             out[i.name] = np.tile(np.arange(past, past + seq, dtype=np.int64), (batch, 1))

@@ -59,6 +59,9 @@ def test_cross_attention_mask_expands_to_decoder_by_encoder(form):
     ("bart_no_encoder_mask", lambda: dm.bart_decoder_layer(encoder_mask=False)),
     ("whisper_tiled_positions", lambda: dm.bart_decoder_layer(tiled_positions=True)),
     ("transformers5_zeroed_rows", lambda: dm.llama_layer(kv_heads=2, zero_empty_rows=True)),
+    # Falcon's view(B, N, S, h) after sdpa, proven a no-op through the in-graph mask (its Expand target
+    # Where(Equal(t, -1), 1, t) element by element, And, Range(0, B, 1)): was 0 fused
+    ("falcon_torchscript_mask", dm.falcon_layer),
 ])
 def test_decoder_layers_fuse_at_level_2_and_run_at_other_sizes(name, build):
     proto = build()
