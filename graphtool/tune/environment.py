@@ -70,8 +70,9 @@ def measure(model_path: str, steps: dict[str, dict[str, np.ndarray]], envs: dict
         for _ in range(processes):
             for label, extra in envs.items():
                 cmd = [sys.executable, "-m", "graphtool.tune.environment", model_path, feeds_path, str(runs)]
+                # TMPDIR: onnxruntime leaves a session-id file there; this folder is removed after
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                      env={**os.environ, **extra})
+                                      env={**os.environ, **extra, "TMPDIR": work})
                 if proc.returncode != 0:
                     raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "probe failed")
                 out[label].append(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -86,11 +87,17 @@ def decide(times: dict[str, list[dict[str, float]]], step: str) -> tuple[bool, f
     return max(huge) < min(plain) and gain >= MIN_GAIN, gain
 
 
-def recommend(model_path: str, steps: dict[str, dict[str, np.ndarray]], pick: str) -> tuple[dict[str, str], str]:
-    """(the environment to run ``model_path`` in — {} for as is —, the report's finding)."""
+def recommend(model_path: str, steps: dict[str, dict[str, np.ndarray]], pick: str,
+              seconds_left: float = float("inf"), run_seconds: float = 0.0) -> tuple[dict[str, str], str]:
+    """(the environment to run ``model_path`` in — {} for as is —, the report's finding). Tried only
+    when its processes (a second to start each, ``run_seconds`` per timed run) fit in ``seconds_left``."""
     why_not = huge_pages_applicable()
     if why_not:
         return {}, f"environment: huge pages for malloc not tried ({why_not})"
+    cost = 2 * PROCESSES * (1.0 + (RUNS + 3) * run_seconds)
+    if cost > seconds_left:
+        return {}, (f"environment: huge pages for malloc not tried (~{cost:.0f} s of child processes, "
+                    f"{max(0.0, seconds_left):.0f} s of the budget left; a larger --budget leaves time for it)")
     start = time.perf_counter()
     try:
         times = measure(model_path, steps, {"as is": {}, "huge pages": HUGE_PAGES})

@@ -36,6 +36,7 @@ from graphtool.tune.outcome import (
     TuneRun,
     decoder_report,
     session_settings,
+    step_latencies,
     write_settings,
 )
 from graphtool.tune.search import tune
@@ -407,6 +408,7 @@ def tune_file(model_path: str, output: str, original: Model | None = None, targe
 
     if pick not in PICKS:
         raise ValueError(f"pick must be one of {sorted(PICKS)}")
+    started = time.perf_counter()
     original = original if original is not None else io.load(model_path)
     require_schema_valid(original)  # a broken op is named as such, before onnxruntime's load error
     shapes, values = dict(input_shapes or {}), dict(input_values or {})
@@ -451,8 +453,10 @@ def tune_file(model_path: str, output: str, original: Model | None = None, targe
     write_settings(output, settings)
     if environment:  # measured in child processes opening what was just written (graphtool.tune.environment)
         progress("trying huge pages for malloc")
+        per_run = sum(step_latencies(result, result.winner).values()) or next(
+            (r.median for r in reversed(result.rows) if r.candidate == result.winner and r.status == "measured"), 0.0)
         env, finding = recommend(output, steps if steps is not None else {"run": timing},
-                                 pick if steps is not None else "run")
+                                 pick if steps is not None else "run", budget - (time.perf_counter() - started), per_run)
         result.findings.append(finding)
         if env:
             settings["environment"] = env

@@ -88,7 +88,9 @@ def _python_roots() -> list[str]:
 TRACEBACK = re.compile(r"^Traceback \(most recent call last\):", re.M)  # at a line start: a name may quote it
 
 # files any Python process may open that no model can choose
-SYSTEM_FILES = ("/dev/null", "/dev/urandom", "/proc/self", f"/proc/{os.getpid()}")
+# the kernel's own settings graphtool reads (tune: whether malloc may ask for transparent huge pages)
+SYSTEM_FILES = ("/dev/null", "/dev/urandom", "/proc/self", f"/proc/{os.getpid()}",
+                "/sys/kernel/mm/transparent_hugepage")
 
 
 @dataclass
