@@ -10,6 +10,8 @@ answer is memoised on the match, and a cycle proves nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from graphtool.passes._ort_common import MS_DOMAIN, piece_at, shape_pieces
 
@@ -134,14 +136,16 @@ def _const_axes(m: Match, node) -> list[int] | None:
     return sorted(int(a) + r if int(a) < 0 else int(a) for a in np.reshape(axes, -1))
 
 
-def _minus_one(m: Match, node, pieces: list, axis: int, depth: int) -> int | None:
-    """A Reshape's -1 from the element counts, when every dim but matching copies is fixed."""
+def _cancelled(m: Match, node, pieces: list, axis: int, same: Callable[[Dim, Dim], bool],
+               size_of: Callable[[Dim], int | None]) -> tuple[list[int], int] | None:
+    """What a Reshape target's pieces other than ``axis`` leave of its input: the input dims no piece
+    copies (a 0, or a piece ``same`` as an input dim, cancels one) and the product of the pieces that
+    are sizes (``size_of`` a piece that copies no input dim); None when a piece is neither."""
     source = node.inputs[0]
     r_in = m.facts.shapes.rank(source)
     if r_in is None:
         return None
-    left = list(range(r_in))
-    out_product = 1
+    left, product = list(range(r_in)), 1
     for j, piece in enumerate(pieces):
         if j == axis:
             continue
@@ -149,16 +153,26 @@ def _minus_one(m: Match, node, pieces: list, axis: int, depth: int) -> int | Non
             left.remove(j)
             continue
         if isinstance(piece, tuple):
-            same = [i for i in left if same_dim(m, piece, (source, i))]
-            if same:
-                left.remove(same[0])
+            copies = [i for i in left if same(piece, (source, i))]
+            if copies:
+                left.remove(copies[0])
                 continue
-            piece = static_size(m, piece[0], piece[1], depth + 1)
+            piece = size_of(piece)
         if not isinstance(piece, int) or piece <= 0:
             return None
-        out_product *= piece
-    sizes = [static_size(m, source, i, depth + 1) for i in left]
-    if any(z is None for z in sizes) or out_product == 0:
+        product *= piece
+    return left, product
+
+
+def _minus_one(m: Match, node, pieces: list, axis: int, depth: int) -> int | None:
+    """A Reshape's -1 from the element counts, when every dim but matching copies is fixed."""
+    got = _cancelled(m, node, pieces, axis, lambda a, b: same_dim(m, a, b),
+                     lambda p: static_size(m, p[0], p[1], depth + 1))
+    if got is None:
+        return None
+    left, out_product = got
+    sizes = [static_size(m, node.inputs[0], i, depth + 1) for i in left]
+    if any(z is None for z in sizes):
         return None
     total = int(np.prod(sizes, dtype=np.int64))
     return total // out_product if total % out_product == 0 else None
@@ -273,23 +287,10 @@ def _inferred_dim(m: Match, node, pieces: list, axis: int) -> Dim | None:
     exactly one dim left that is not a constant, and the constants' products agree — a head
     split [B, -1, n, h] of [B, S, n·h], repeat_kv's [B, N, -1, h] of [B, kv, g, T, h]."""
     source, dims = node.inputs[0], m.facts.dims
-    r_in = m.facts.shapes.rank(source)
-    left = list(range(r_in))
-    out_product = 1
-    for j, piece in enumerate(pieces):
-        if j == axis:
-            continue
-        if piece == 0 and not node.attr("allowzero", 0) and j < r_in and j in left:
-            left.remove(j)
-        elif isinstance(piece, int) and piece > 0:
-            out_product *= piece
-        elif isinstance(piece, tuple):
-            same = [i for i in left if dims.equal(piece, (source, i))]
-            if not same:
-                return None
-            left.remove(same[0])
-        else:
-            return None
+    got = _cancelled(m, node, pieces, axis, dims.equal, lambda _piece: None)
+    if got is None:
+        return None
+    left, out_product = got
     unknown = [i for i in left if dims.static(source, i) is None]
     if len(unknown) != 1:
         return None
