@@ -54,7 +54,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peers import measure  # noqa: E402
 
 from graphtool import io  # noqa: E402
-from graphtool.tune import confidence  # noqa: E402
+from graphtool.tune import as_shell, confidence  # noqa: E402
 from graphtool.verify import find_step_inputs  # noqa: E402
 
 LEVELS = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -180,7 +180,7 @@ def build(name: str, path: str, family: str, work: str, budget: float, prefill: 
     cands.append((f"{TUNED} ({report['winner']['label']})", out, settings["graph_optimization_level"],
                   settings.get("disabled_optimizers") or None))
     if settings.get("environment"):  # what tune hands the user includes the process environment it measured
-        env = " ".join(f"{k}={v}" for k, v in settings["environment"].items())
+        env = as_shell(settings["environment"])
         notes[TUNED]["environment"] = settings["environment"]
         cands.append((f"{TUNED} + {env}", out, settings["graph_optimization_level"],
                       settings.get("disabled_optimizers") or None))

@@ -98,7 +98,7 @@ def tune_command(model_path: str, output: str, target: str, threads: int | None,
     empty cache) and a decode step (1 token over --past cached ones) in every run; both latencies
     are reported for every candidate, and the decode step ranks them unless --pick prefill."""
     from graphtool.progress import progress_steps
-    from graphtool.tune import tune_file
+    from graphtool.tune import as_shell, tune_file
 
     if os.path.abspath(output) == os.path.abspath(model_path):
         raise UsageError("-o must differ from MODEL (tune compares against the original)")
@@ -131,5 +131,5 @@ def tune_command(model_path: str, output: str, target: str, threads: int | None,
     echo("")
     echo(snippet(result.winner, output))
     if run.settings.get("environment"):
-        env = " ".join(f"{k}={v}" for k, v in run.settings["environment"].items())
-        echo(f"# and start the process that runs it with {env} (measured faster here: see the findings)")
+        echo(f"# and start the process that runs it with {as_shell(run.settings['environment'])} "
+             "(measured faster here: see the findings)")

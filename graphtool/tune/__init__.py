@@ -11,6 +11,7 @@ from graphtool.tune.ort import (
            rewrite_passes,
            tune_file,
 )
+from graphtool.tune.environment import as_shell
 from graphtool.tune.outcome import PICKS, step_latencies
 from graphtool.tune.race import round_means
 from graphtool.tune.search import (
@@ -25,6 +26,7 @@ from graphtool.tune.space import Sample, step_medians
 from graphtool.tune.stats import session_gap, session_test, t_quantile
 
 __all__ = [
+           "as_shell",
            "PAST_TOKENS",
            "PICKS",
            "PREFILL_TOKENS",

@@ -28,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
 
 import numpy as np
 
@@ -109,13 +108,14 @@ def recommend(model_path: str, steps: dict[str, dict[str, np.ndarray]], pick: st
                                              for s in steps) for label, runs in times.items())
     said = f"{PROCESSES} fresh processes each, in turns, {took:.0f} s: {each}"
     if yes:
-        return dict(HUGE_PAGES), (f"environment: run it with {_as_shell(HUGE_PAGES)} (malloc asks the kernel for "
+        return dict(HUGE_PAGES), (f"environment: run it with {as_shell(HUGE_PAGES)} (malloc asks the kernel for "
                                   f"transparent huge pages): {gain:.2f}x on the {pick} step, every process faster "
                                   f"({said}); session.json records it under \"environment\"")
     return {}, f"environment: huge pages for malloc measured {gain:.2f}x on the {pick} step, not a clear win ({said})"
 
 
-def _as_shell(env: dict[str, str]) -> str:
+def as_shell(env: dict[str, str]) -> str:
+    """``{"A": "1"}`` → ``A=1``: how a shell sets the variables for the process it starts."""
     return " ".join(f"{k}={v}" for k, v in env.items())
 
 
@@ -147,10 +147,6 @@ def main(argv: list[str]) -> int:
     model_path, feeds_path, runs = argv[0], argv[1], int(argv[2])
     print(json.dumps(_probe(model_path, feeds_path, runs)))
     return 0
-
-
-def describe(env: dict[str, Any]) -> str:
-    return _as_shell(env) if env else "as is"
 
 
 if __name__ == "__main__":

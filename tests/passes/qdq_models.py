@@ -18,12 +18,29 @@ from onnx import TensorProto, helper, numpy_helper
 SHAPE = (1, 3, 16, 16)
 
 
-def float_cnn(path: str, seed: int = 0) -> str:
+def _weights(seed: int):
+    """``w(name, *shape)``: a random float32 initializer of that shape, from one seeded stream."""
     rng = np.random.default_rng(seed)
 
-    def w(name, *shape, scale=0.3):
+    def w(name: str, *shape: int, scale: float = 0.3) -> onnx.TensorProto:
         return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
 
+    return w
+
+
+def _save(nodes: list, inits: list, name: str, path: str) -> str:
+    """The float model x [SHAPE] → y [1, 10] at opset 13, checked, written to ``path``."""
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    proto.ir_version = 8
+    onnx.checker.check_model(proto, full_check=True)
+    onnx.save(proto, path)
+    return path
+
+
+def float_cnn(path: str, seed: int = 0) -> str:
+    w = _weights(seed)
     inits = [w("w1", 8, 3, 3, 3), w("b1", 8), w("w2", 8, 8, 3, 3), w("b2", 8), w("w3", 8, 8, 1, 1), w("b3", 8),
              w("wse", 8, 8, 1, 1), w("bse", 8), w("w4", 16, 16, 1, 1), w("b4", 16), w("fc", 10, 16), w("fcb", 10),
              numpy_helper.from_array(np.array([1, 2, 4, 8, 8], np.int64), "shuffle1"),
@@ -43,23 +60,13 @@ def float_cnn(path: str, seed: int = 0) -> str:
         n("GlobalAveragePool", ["ap"], ["g2"]), n("Flatten", ["g2"], ["flat"]),
         n("Gemm", ["flat", "fc", "fcb"], ["logits"], transB=1), n("Softmax", ["logits"], ["y"], axis=1),
     ]
-    graph = helper.make_graph(nodes, "qcnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE))],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    proto.ir_version = 8
-    onnx.checker.check_model(proto, full_check=True)
-    onnx.save(proto, path)
-    return path
+    return _save(nodes, inits, "qcnn", path)
 
 
 def float_resnet(path: str, seed: int = 0) -> str:
     """A ResNet-style stem and block: Conv → Relu → MaxPool → (Conv → Relu → Conv) + skip → Relu →
     GlobalAveragePool → Flatten → Gemm (what a channels-last layout converts end to end)."""
-    rng = np.random.default_rng(seed)
-
-    def w(name, *shape, scale=0.3):
-        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
-
+    w = _weights(seed)
     n = helper.make_node
     nodes = [n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), n("Relu", ["c1"], ["r1"]),
              n("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
@@ -69,23 +76,13 @@ def float_resnet(path: str, seed: int = 0) -> str:
              n("Gemm", ["f", "fc", "fcb"], ["y"], transB=1)]
     inits = [w("w1", 8, 3, 3, 3), w("b1", 8), w("w2", 8, 8, 3, 3), w("b2", 8), w("w3", 8, 8, 3, 3), w("b3", 8),
              w("fc", 10, 8), w("fcb", 10)]
-    graph = helper.make_graph(nodes, "qresnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE))],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    proto.ir_version = 8
-    onnx.checker.check_model(proto, full_check=True)
-    onnx.save(proto, path)
-    return path
+    return _save(nodes, inits, "qresnet", path)
 
 
 def float_pointwise(path: str, seed: int = 0) -> str:
     """A MobileNet-style body: a small 3×3 stem, then 1×1 convolutions and a residual Add (dense k×k
     kernels hold 12 % of the convolution weights) → GlobalAveragePool → Flatten → Gemm."""
-    rng = np.random.default_rng(seed)
-
-    def w(name, *shape, scale=0.3):
-        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
-
+    w = _weights(seed)
     n = helper.make_node
     nodes = [n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), n("Relu", ["c1"], ["r1"]),
              n("Conv", ["r1", "w2", "b2"], ["c2"]), n("Relu", ["c2"], ["r2"]),
@@ -94,13 +91,7 @@ def float_pointwise(path: str, seed: int = 0) -> str:
              n("GlobalAveragePool", ["s"], ["g"]), n("Flatten", ["g"], ["f"]), n("Gemm", ["f", "fc", "fcb"], ["y"], transB=1)]
     inits = [w("w1", 8, 3, 3, 3), w("b1", 8), w("w2", 32, 8, 1, 1), w("b2", 32), w("w3", 32, 32, 1, 1), w("b3", 32),
              w("w4", 8, 32, 1, 1), w("b4", 8), w("fc", 10, 8), w("fcb", 10)]
-    graph = helper.make_graph(nodes, "qpointwise", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE))],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    proto.ir_version = 8
-    onnx.checker.check_model(proto, full_check=True)
-    onnx.save(proto, path)
-    return path
+    return _save(nodes, inits, "qpointwise", path)
 
 
 class _Reader:
