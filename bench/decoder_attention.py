@@ -87,7 +87,7 @@ def expected_attention(recipe: dict) -> int:
 
 ROTARY = ("com.microsoft:RotaryEmbedding", "RotaryEmbedding")
 RMS = ("SimplifiedLayerNormalization", "com.microsoft:SkipSimplifiedLayerNormalization", "RMSNormalization")
-LAYER_NORM = ("LayerNormalization", "com.microsoft:SkipLayerNormalization")
+LAYER_NORM = ("LayerNormalization", "com.microsoft:SkipLayerNormalization", "com.microsoft:EmbedLayerNormalization")
 
 
 def fused_vs_expected(counts: collections.Counter, recipe: dict) -> str:

@@ -32,11 +32,16 @@ that does not match the model is caught at build time (``export_check`` in the m
         [--exporters torchscript,dynamo,transformers]
     /work/cache/torchvenv/bin/python bench/today_corpus.py --set unseen --exporters torchscript,dynamo
         (families not developed on, UNSEEN below, into /work/cache/unseen with its own manifest.json)
+    /work/cache/torchvenv/bin/python bench/today_corpus.py --set unseen2 --exporters torchscript,dynamo
+        (a second unseen batch, UNSEEN2/UNSEEN2_ENC_DECS below: RoPE scaling as released checkpoints
+        configure it, GPT-J, GPT-BigCode, OPT, BLOOM, CodeGen, Cohere, Starcoder2, mBART, Marian,
+        Pegasus, mT5; into /work/cache/unseen2)
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import re
 import time
@@ -117,14 +122,19 @@ def _jittered(build):
 
 def expected_layers(model, config) -> dict[str, int]:
     """What a full fusion reaches, counted on the torch model: its RMSNorm modules (class name ends
-    in RMSNorm: the q/k norms too), LayerNorms, attention layers, and rotations (q and k of every
-    layer that applies rotary: SmolLM3's NoPE layers do not)."""
-    classes = [type(m).__name__ for m in model.modules()]
+    in RMSNorm, or T5's RMS "LayerNorm": the q/k norms too), LayerNorms (nn.LayerNorm and Cohere's
+    bias-free one), attention layers, and rotations (q and k of every layer that applies rotary, in
+    a model that has a rotary module: SmolLM3's NoPE layers do not; OPT, BLOOM, BigCode have none).
+    An encoder-decoder counts its decoder only (the export is the decoder)."""
+    root = model.get_decoder() if config.is_encoder_decoder else model
+    modules = list(root.modules())
+    classes = [type(m).__name__ for m in modules]
     layers = kv_geometry(config)[0]
     rope_layers = sum(getattr(config, "no_rope_layers", None) or [1] * layers)
-    return {"attention": layers, "rotary": 2 * rope_layers,
-            "rmsnorm": sum(c.endswith("RMSNorm") for c in classes),
-            "layernorm": sum(c == "LayerNorm" for c in classes)}
+    rotary = any("Rotary" in c for c in classes)
+    return {"attention": layers * (2 if config.is_encoder_decoder else 1), "rotary": 2 * rope_layers if rotary else 0,
+            "rmsnorm": sum(c.endswith("RMSNorm") or c in ("T5LayerNorm", "MT5LayerNorm") for c in classes),
+            "layernorm": sum(isinstance(m, nn.LayerNorm) or type(m).__name__ == "CohereLayerNorm" for m in modules)}
 
 
 UNSEEN = {
@@ -148,6 +158,52 @@ UNSEEN = {
                        **_GQA, **_TOKENS, **COMMON),
 }
 UNSEEN = {name: _jittered(build) for name, build in UNSEEN.items()}
+
+# --set unseen2: a second batch nobody here developed on. RoPE scaling as released checkpoints configure
+# it (``rope_parameters``, transformers 5's name for ``rope_scaling``), shrunk so the scaling matters at
+# the hand-built sizes: Llama 3.x "llama3" (original 64 positions with head dim 16 puts the 8 frequencies
+# in all three bands: kept, smoothed, divided by 8); Phi-3.5 / Phi-4-mini "longrope" with short and long
+# factors and original 8 positions, so prefill (positions 0..6) takes the short and past 8 / new 4 the long
+# factors (transformers picks them with torch.where on max(position_ids)+1, traceable: the graph holds
+# both and the switch); Qwen2.5 "yarn" (its attention factor scales cos/sin); "dynamic" NTK (a Python
+# branch on the sequence length: the exporters freeze the branch the trace took, within max positions
+# that is plain RoPE). Then families with their own attention: GPT-J and CodeGen (interleaved partial
+# rotary, CodeGen's fused qkv split in 4), GPT-BigCode (multi-query: one K/V head), OPT (learned positions
+# from the mask's cumsum), BLOOM (ALiBi, no position input), Cohere (bias-free LayerNorm with the mean,
+# parallel attention+MLP, interleaved rotary, logit scale), Starcoder2 (LayerNorm with bias, GQA,
+# sliding window 5).
+_ORIG = {"original_max_position_embeddings": 8}
+UNSEEN2 = {
+    "llama3": _causal("Llama", rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                                "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                "original_max_position_embeddings": 64}, **_GQA, **_TOKENS, **COMMON),
+    "phi35": _causal("Phi3", rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, **_ORIG,
+                                              "short_factor": [1.0, 1.02, 1.05, 1.1, 1.2, 1.5, 2.0, 3.0],
+                                              "long_factor": [1.0, 1.3, 2.0, 3.5, 6.0, 10.0, 16.0, 24.0]},
+                     num_attention_heads=4, num_key_value_heads=4, **_ORIG, **_TOKENS, **COMMON),
+    "phi4mini_longrope": _causal("Phi3", partial_rotary_factor=0.75, tie_word_embeddings=True,
+                                 rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, **_ORIG,
+                                                  "partial_rotary_factor": 0.75,
+                                                  "short_factor": [1.0, 1.05, 1.1, 1.3, 1.6, 2.0],
+                                                  "long_factor": [1.0, 1.5, 3.0, 6.0, 12.0, 20.0]},
+                                 **_ORIG, **_GQA, **_TOKENS, **COMMON),
+    "qwen25_yarn": _causal("Qwen2", rope_parameters={"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+                                                     "original_max_position_embeddings": 64}, **_GQA, **_TOKENS, **COMMON),
+    "llama_dynamic": _causal("Llama", rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0},
+                             **_GQA, **_TOKENS, **COMMON),
+    "gptj": _causal("GPTJ", vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=256,
+                    n_inner=128, **_TOKENS),
+    "gpt_bigcode": _causal("GPTBigCode", vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=256,
+                           n_inner=128, multi_query=True, **_TOKENS),
+    "opt": _causal("OPT", vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, ffn_dim=128, num_attention_heads=4,
+                   max_position_embeddings=256, word_embed_proj_dim=64, **_TOKENS),
+    "bloom": _causal("Bloom", vocab_size=VOCAB, hidden_size=64, n_layer=2, n_head=4, **_TOKENS),
+    "codegen": _causal("CodeGen", vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=256,
+                       n_ctx=256, n_inner=128, **_TOKENS),
+    "cohere": _causal("Cohere", logit_scale=0.0625, **_GQA, **_TOKENS, **COMMON),
+    "starcoder2": _causal("Starcoder2", sliding_window=5, use_bias=True, **_GQA, **_TOKENS, **COMMON),
+}
+UNSEEN2 = {name: _jittered(build) for name, build in UNSEEN2.items()}
 
 
 def _bart():
@@ -177,14 +233,39 @@ def _whisper():
 ENC_DECS = {"bart": (_bart, False), "t5": (_t5, False), "whisper": (_whisper, True)}
 
 
+def _seq2seq(cls_name: str, model_cls: str, **cfg):
+    def build():
+        config = getattr(transformers, cls_name + "Config")(**cfg)
+        return getattr(transformers, model_cls)(config).eval(), config
+    return build
+
+
+_SEQ2SEQ = {"vocab_size": VOCAB, "d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
+            "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "max_position_embeddings": 256,
+            "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 0}
+# --set unseen2's encoder-decoders (decoder with cross-attention and a self-attention cache): mBART (pre-norm,
+# embedding LayerNorm, scaled embeddings) and Pegasus (pre-norm, sinusoidal positions) with the cross K/V
+# cached as inputs (Whisper's form); Marian (post-norm, sinusoidal) and mT5 (RMS norms, gated GELU,
+# relative bias, unscaled scores) computing cross K/V from encoder states every step (BART/T5's form).
+UNSEEN2_ENC_DECS = {
+    "mbart": (_jittered(_seq2seq("MBart", "MBartForConditionalGeneration", scale_embedding=True, **_SEQ2SEQ)), True),
+    "marian": (_jittered(_seq2seq("Marian", "MarianMTModel", decoder_vocab_size=VOCAB, **_SEQ2SEQ)), False),
+    "pegasus": (_jittered(_seq2seq("Pegasus", "PegasusForConditionalGeneration", **_SEQ2SEQ)), True),
+    "mt5": (_jittered(_seq2seq("MT5", "MT5ForConditionalGeneration", vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128,
+                               num_layers=2, num_decoder_layers=2, num_heads=4, pad_token_id=0, eos_token_id=1,
+                               decoder_start_token_id=0)), False),
+}
+
+
 def kv_geometry(config) -> tuple[int, int, int, int]:
     """(layers, kv heads, head dim, hidden) of the decoder's self-attention cache."""
     c = config
     if isinstance(c, transformers.GPT2Config):
         return c.n_layer, c.n_head, c.n_embd // c.n_head, c.n_embd
-    if isinstance(c, transformers.T5Config):
+    if isinstance(c, (transformers.T5Config, transformers.MT5Config)):
         return c.num_decoder_layers, c.num_heads, c.d_kv, c.d_model
-    if isinstance(c, (transformers.BartConfig, transformers.WhisperConfig)):
+    if isinstance(c, (transformers.BartConfig, transformers.WhisperConfig, transformers.MBartConfig,
+                      transformers.MarianConfig, transformers.PegasusConfig)):
         return c.decoder_layers, c.decoder_attention_heads, c.d_model // c.decoder_attention_heads, c.d_model
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     if isinstance(c, transformers.FalconConfig):  # the new architecture caches K/V repeated to every head
@@ -225,6 +306,17 @@ class DecoderWithPast(nn.Module):
         return (out.logits, *_flat_presents(_cache_of(out)))
 
 
+class DecoderWithPastNoPositions(DecoderWithPast):
+    """A decoder whose forward takes no position ids (BLOOM: ALiBi from the mask): ids, mask, past K/V."""
+
+    fixed_inputs = 2
+
+    def forward(self, input_ids, attention_mask, *past):
+        cache = DynamicCache([(past[2 * i], past[2 * i + 1]) for i in range(self.layers)])
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, cache=cache, use_cache=True)
+        return (out.logits, *_flat_presents(_cache_of(out)))
+
+
 class Seq2SeqDecoderWithPast(nn.Module):
     """The decoder of an encoder-decoder: encoder states + mask in, self-attention cache in and out.
 
@@ -245,9 +337,10 @@ class Seq2SeqDecoderWithPast(nn.Module):
         return (out.logits, *_flat_presents(_cache_of(out).self_attention_cache))
 
 
-class WhisperDecoderWithPast(nn.Module):
-    """Whisper's decode-step decoder: self-attention cache and the cross-attention cache (K/V of the
-    encoder, computed once at prefill) are both inputs; there is no encoder_hidden_states input."""
+class CrossCachedDecoderWithPast(nn.Module):
+    """Whisper's decode-step decoder (and mBART's, Pegasus' in --set unseen2): self-attention cache and
+    the cross-attention cache (K/V of the encoder, computed once at prefill) are both inputs; there is
+    no encoder_hidden_states input."""
 
     fixed_inputs = 1
 
@@ -273,27 +366,30 @@ def spec_for(family: str):
     torch.manual_seed(SEED)
     b, p, s, e = TRACE["batch"], TRACE["past"], TRACE["seq"], TRACE["enc"]
     gen = torch.Generator().manual_seed(SEED)
-    if family in DECODERS or family in UNSEEN:
-        model, config = {**DECODERS, **UNSEEN}[family]()
+    decoders, enc_decs = {**DECODERS, **UNSEEN, **UNSEEN2}, {**ENC_DECS, **UNSEEN2_ENC_DECS}
+    if family in decoders:
+        model, config = decoders[family]()
         layers, heads, head_dim, hidden = kv_geometry(config)
-        wrapper = DecoderWithPast(model, layers)
-        names = ["input_ids", "attention_mask", "position_ids"]
+        positions = "position_ids" in inspect.signature(model.forward).parameters
+        wrapper = (DecoderWithPast if positions else DecoderWithPastNoPositions)(model, layers)
+        names = ["input_ids", "attention_mask", "position_ids"][:wrapper.fixed_inputs]
         sample = [torch.randint(0, VOCAB, (b, s), generator=gen), torch.ones(b, p + s, dtype=torch.int64),
-                  torch.arange(p, p + s).expand(b, s).clone()]
+                  torch.arange(p, p + s).expand(b, s).clone()][:wrapper.fixed_inputs]
         axes = {"input_ids": {0: "batch", 1: "sequence_length"},
                 "attention_mask": {0: "batch", 1: "total_sequence_length"},
                 "position_ids": {0: "batch", 1: "sequence_length"}}
         past_names = [f"past_key_values.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
         present_names = [f"present.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
-        if family in UNSEEN:
-            expect = expected_layers(model, config)
         recipe = {"kind": "decoder", "input_ids": "input_ids", "attention_mask": "attention_mask",
                   "mask_length": "past+new", "position_ids": "position_ids", "positions": "past..past+new-1",
                   "past": {n: {"heads": heads, "head_dim": head_dim, "length": "past"} for n in past_names}}
-        if family in UNSEEN:
-            recipe["expect"] = expect
+        if not positions:
+            del axes["position_ids"], recipe["position_ids"]
+            recipe["positions"] = "none (ALiBi from the mask)"
+        if family in UNSEEN or family in UNSEEN2:
+            recipe["expect"] = expected_layers(model, config)
     else:
-        build, cross_cached = ENC_DECS[family]
+        build, cross_cached = enc_decs[family]
         model, config = build()
         layers, heads, head_dim, hidden = kv_geometry(config)
         names = ["input_ids"]
@@ -301,7 +397,7 @@ def spec_for(family: str):
         axes = {"input_ids": {0: "batch", 1: "sequence_length"}}
         recipe = {"kind": "seq2seq_decoder", "input_ids": "input_ids", "past": {}}
         if cross_cached:
-            wrapper = WhisperDecoderWithPast(model, layers, hidden)
+            wrapper = CrossCachedDecoderWithPast(model, layers, hidden)
             kinds = ("decoder.key", "decoder.value", "encoder.key", "encoder.value")
         else:
             wrapper = Seq2SeqDecoderWithPast(model, layers)
@@ -318,6 +414,8 @@ def spec_for(family: str):
             recipe["past"][n] = {"heads": heads, "head_dim": head_dim,
                                  "length": "encoder" if ".encoder." in n else "past"}
         recipe["positions"] = "none (from the past length)"
+        if family in UNSEEN2_ENC_DECS:
+            recipe["expect"] = expected_layers(model, config)
     for n in past_names:
         length = e if recipe["past"][n]["length"] == "encoder" else p
         sample.append(torch.randn(b, heads, length, head_dim, generator=gen))
@@ -361,7 +459,8 @@ def export(wrapper, names, outputs, sample, axes, path: Path, exporter: str) -> 
 
 # transformers' own exporter (transformers.exporters.OnnxExporter, experimental in 5.x) names the
 # cache its own way: input.cache.layers.{i}.keys/.values in, output.cache.layers.{i}.keys/.values out.
-TRANSFORMERS_EXPORTER = ("llama", "qwen3", "gemma3", "smollm3", "phi4mini", "granite", "olmo2")
+TRANSFORMERS_EXPORTER = ("llama", "qwen3", "gemma3", "smollm3", "phi4mini", "granite", "olmo2", "llama3", "phi35",
+                         "qwen25_yarn")
 
 
 def transformers_names(names: list[str]) -> list[str]:
@@ -441,6 +540,8 @@ def qdq_variant(src: Path, dst: Path, recipe: dict) -> None:
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
 
 
+UNSEEN2_VARIANTS = {"llama3_fp16": ("llama3_torchscript", "fp16"), "gptj_dynq": ("gptj_torchscript", "dynamic_int8"),
+                    "mbart_fp16": ("mbart_dynamo", "fp16_io32")}
 UNSEEN_VARIANTS = {"gemma3_fp16": ("gemma3_torchscript", "fp16"), "smollm3_fp16": ("smollm3_dynamo", "fp16_io32"),
                    "phi4mini_dynq": ("phi4mini_torchscript", "dynamic_int8"), "olmo2_qdq": ("olmo2_torchscript", "qdq_int8")}
 VARIANTS = {
@@ -456,17 +557,19 @@ VARIANTS = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--set", choices=("today", "unseen"), default="today",
-                    help="today: the families graphtool was developed on; unseen: UNSEEN (default --out /work/cache/unseen)")
+    ap.add_argument("--set", choices=("today", "unseen", "unseen2"), default="today",
+                    help="today: the families graphtool was developed on; unseen: UNSEEN (default --out /work/cache/unseen);"
+                         " unseen2: UNSEEN2 and UNSEEN2_ENC_DECS (default --out /work/cache/unseen2)")
     ap.add_argument("--out")
     ap.add_argument("--only", help="comma-separated families (llama, ..., whisper)")
     ap.add_argument("--exporters", default="torchscript,dynamo,transformers",
                     help=f"which exporters to run (transformers: only for {', '.join(TRANSFORMERS_EXPORTER)})")
     args = ap.parse_args()
-    out = Path(args.out or ("/work/cache/unseen" if args.set == "unseen" else "/work/cache/today"))
+    out = Path(args.out or f"/work/cache/{args.set}")
     out.mkdir(parents=True, exist_ok=True)
-    families = [*UNSEEN] if args.set == "unseen" else [*DECODERS, *ENC_DECS]
-    variants = UNSEEN_VARIANTS if args.set == "unseen" else VARIANTS
+    families = {"today": [*DECODERS, *ENC_DECS], "unseen": [*UNSEEN],
+                "unseen2": [*UNSEEN2, *UNSEEN2_ENC_DECS]}[args.set]
+    variants = {"today": VARIANTS, "unseen": UNSEEN_VARIANTS, "unseen2": UNSEEN2_VARIANTS}[args.set]
     if args.only:
         families = [f for f in families if f in args.only.split(",")]
     manifest_path = out / "manifest.json"

@@ -369,6 +369,9 @@ class Dims:
             if isinstance(piece, tuple):
                 return piece
             return (ins[0], axis) if piece == 0 and not node.attr("allowzero", 0) else None
+        if op == "Tile":  # an axis repeated once is the input's (GPT-J's repeat_interleave of the angles)
+            repeats = _const_ints(self.graph, ins[1]) if len(ins) > 1 else None
+            return (ins[0], axis) if repeats is not None and len(repeats) == r and repeats[axis] == 1 else None
         if op in _REDUCE and node.attr("keepdims", 1) and self.shapes.rank(ins[0]) == r:
             return self._kept_axis(node, r, axis)
         return None

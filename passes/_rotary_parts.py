@@ -52,8 +52,10 @@ def rotate_half(x: Any) -> Any:
 
 def rotate_pairs(x: Any) -> Any:
     """GPT-J's ``stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2)``: every pair (a, b) becomes (-b, a)."""
-    stacked = op.Concat(op.Unsqueeze(op.Neg(_slice(x, "odd")), Var("odd_axes", omittable=True)),
-                        op.Unsqueeze(_slice(x, "even"), Var("even_axes", omittable=True)), _name="rot")
+    # the Unsqueezes' axes are their own variables: a Slice's axes ([3]) and an Unsqueeze's ([-1]) are
+    # different constants in a dynamo export (the check reads the Unsqueeze axes from the node)
+    stacked = op.Concat(op.Unsqueeze(op.Neg(_slice(x, "odd")), Var("odd_new_axis", omittable=True)),
+                        op.Unsqueeze(_slice(x, "even"), Var("even_new_axis", omittable=True)), _name="rot")
     return op.Reshape(stacked, Var("flat_shape"), _name="flat")
 
 
@@ -68,6 +70,8 @@ INTERLEAVED = apply_rotary(Var("x"), rotate_pairs)
 # partial rotary: the first rd channels rotate, the rest pass through
 _part = _slice(Var("q"), "part")
 PARTIAL = op.Concat(apply_rotary(_part), _slice(Var("q"), "pass"), _name="outer")
+# GPT-J / CodeGen: the first rotary_dim channels rotate in pairs, the rest pass through
+PARTIAL_INTERLEAVED = op.Concat(apply_rotary(_part, rotate_pairs), _slice(Var("q"), "pass"), _name="outer")
 
 # ---------------------------------------------------------------------- proofs
 
@@ -139,6 +143,11 @@ def halves_equal(graph: Graph, shapes: Any, value: str, depth: int = 0, pairs: b
         return all(rec(v) for v in ins if v)
     if t == "Where":
         return last_dim_one(ins[0]) and rec(ins[1]) and rec(ins[2])
+    if t == "Tile":  # a row repeated an even number of times has equal halves; odd: the row's own
+        repeats = _ints(graph, ins[1])
+        if not repeats or rank is None or len(repeats) != rank:
+            return False
+        return (repeats[-1] % 2 == 0 and not pairs) or rec(ins[0])
     if t == "MatMul":  # out[..., j] = sum_k a[..., k] b[k, j]: b's column halves carry over
         return rec(ins[1])
     if t in ("Expand", "Unsqueeze", "Squeeze", "Reshape", "Transpose", "Slice", "Gather"):
@@ -169,7 +178,7 @@ def halves_equal(graph: Graph, shapes: Any, value: str, depth: int = 0, pairs: b
     return False
 
 
-def _pairs(m: Match, d: int) -> str | None:
+def _pairs(m: Match, x: str, d: int) -> str | None:
     """The interleaved rotation's two step-2 Slices, Unsqueezes to a new last axis, and the flatten back."""
     g = m.graph
     for tag, first in (("even", 0), ("odd", 1)):
@@ -187,15 +196,13 @@ def _pairs(m: Match, d: int) -> str | None:
             return f"the {tag} half is not unsqueezed at a new last axis (axes {axes_u})"
     if not _last_axis(m.node("rot").attr("axis"), 5):
         return "the stacking Concat is not on the new last axis"
-    target = _ints(g, m.get("flat_shape"))
-    xs = m.facts.shapes.shape(m["x"])
-    if target is None or len(target) != 4 or target[3] != d or m.node("flat").attr("allowzero", 0):
-        return f"the flatten's shape {target} is not [·, ·, ·, {d}]"
-    for i in range(3):
-        if target[i] not in (0, -1) and target[i] != xs[i]:
-            return f"the flatten's dim {i} is {target[i]}, x's is {xs[i]}"
-    if target[:3].count(-1) > 1:
-        return "the flatten's shape has two -1"
+    # [B, ., ., d/2, 2] -> [B, ., ., d]: dims 0-2 of the stacked value are x's (Slices and the Concat cut
+    # and join only the last axes), so the target proves the flatten when it is x's dims 0-2 and d (a 0
+    # copies, a Shape(x)[i] piece is x's dim i, one -1 is fixed by the element count)
+    flat = m.node("flat")
+    if not m.facts.dims.target_is(m.get("flat_shape"), flat.attr("allowzero", 0), [(x, 0), (x, 1), (x, 2), d],
+                                  {i: (x, i) for i in range(3)}):
+        return f"the flatten's shape {_ints(g, m.get('flat_shape'))} is not provably x's [·, ·, ·, {d}]"
     return None
 
 
@@ -205,7 +212,7 @@ def check(m: Match, partial: bool, interleaved: bool = False) -> str | None:
     q = m["q"] if partial else x
     qs = facts.shapes.shape(q)
     if qs is None or len(qs) != 4:
-        return f"the rotated input has no known rank-4 shape [B, N, S, D] (it has {qs})"
+        return f"the rotated input has no known rank-4 shape [B, N, S, D] or [B, S, N, D] (it has {qs})"
     if facts.shapes.dtype(q) not in DTYPES or facts.shapes.dtype(m["cos"]) != facts.shapes.dtype(q):
         return "x, cos and sin are not all float32 (or all float16)"
     head = qs[3]
@@ -219,8 +226,6 @@ def check(m: Match, partial: bool, interleaved: bool = False) -> str | None:
         if not isinstance(head, int) or bounds[0] != 0 or rest[0] != bounds[1] or rest[1] < head:
             return f"the rotated part {bounds} and the passed part {rest} do not split [0, {head})"
         d = bounds[1]
-        if not isinstance(qs[1], int):
-            return "partial rotary needs a static number of heads (the kernel's num_heads)"
         if facts.shapes.rank(x) != 4 or not _last_axis(m.node("outer").attr("axis"), 4):
             return "the outer Concat is not on the last axis"
     else:
@@ -230,7 +235,7 @@ def check(m: Match, partial: bool, interleaved: bool = False) -> str | None:
     h = d // 2
     rot = m.node("rot")
     if interleaved:
-        why = _pairs(m, d)
+        why = _pairs(m, x, d)
         if why:
             return why
     elif not _last_axis(rot.attr("axis"), 4):
@@ -247,42 +252,57 @@ def check(m: Match, partial: bool, interleaved: bool = False) -> str | None:
                 return bounds
         if lo[0] != 0 or lo[1] != h or hi[0] != h or hi[1] < d:
             return f"the halves {lo} and {hi} are not [0, {h}) and [{h}, {d})"
-    xd = [qs[0], qs[1], qs[2], d]
-    tables = {}
+    # the layout: [B, N, S, D] (cos/sin broadcast over axis 1), or GPT-J's [B, S, N, D] — rotated before
+    # the heads move forward, cos/sin broadcast over axis 2; the kernel then reads x as [B, S, N*D]
+    first = None
+    for seq in (2, 1):
+        tables = {}
+        for table in ("cos", "sin"):
+            fit = _table_fit(m, facts, table, q, [qs[0], qs[1], qs[2], d], seq)
+            if isinstance(fit, str):
+                break
+            tables[table] = fit
+        else:
+            break
+        first = fit if first is None else f"{first}; as [B, S, N, D]: {fit}"
+    else:
+        return first
+    heads = qs[3 - seq]
+    if (partial or seq == 1) and not isinstance(heads, int):
+        return "partial rotary, or x as [B, S, N, D], needs a static number of heads (the kernel's num_heads)"
     for table in ("cos", "sin"):
-        fit = _table_fit(m, facts, table, q, xd)
-        if isinstance(fit, str):
-            return fit
-        tables[table] = fit
         if not halves_equal(g, facts.shapes, m[table], pairs=interleaved):
             return (f"{table}'s neighbouring pairs are not provably equal (the kernel reads one angle per pair)"
                     if interleaved else f"{table}'s two halves are not provably equal (the kernel reads one half for both)")
-    if tables["cos"] != tables["sin"]:
+    # every dim of a table is 1 or proven x's (``_table_fit``): the same pattern of ones is the same shape
+    if [v == 1 for v in tables["cos"]] != [v == 1 for v in tables["sin"]]:
         return f"cos and sin have different shapes ({tables['cos']} and {tables['sin']})"
-    static = all(isinstance(v, int) for v in (*tables["cos"][0:3:2], qs[0], qs[2]))
+    static = all(isinstance(v, int) for v in (tables["cos"][0], tables["cos"][seq], qs[0], qs[seq]))
     if not static and graph_opset(g, m.ctx) < 15:
         return "dynamic shapes below opset 15 (the position ids need Shape(start, end))"
-    m.extra.update(d=d, h=h, heads=qs[1], table=tables["cos"], static=static, q=q, partial=partial,
-                   interleaved=interleaved)
+    m.extra.update(d=d, h=h, heads=heads, table=tables["cos"], static=static, q=q, partial=partial,
+                   interleaved=interleaved, seq=seq)
     return None
 
 
-def _table_fit(m: Match, facts: Any, table: str, q: str, xd: list[Any]) -> list[Any] | str:
+def _table_fit(m: Match, facts: Any, table: str, q: str, xd: list[Any], seq: int = 2) -> list[Any] | str:
+    """cos/sin padded to rank 4 when they fit x's layout (``seq``: x's sequence axis, the heads are the
+    other of axes 1 and 2), else why not."""
     shape = facts.shapes.shape(m[table])
     if shape is None or len(shape) > 4:
         return f"{table} has no known shape of rank <= 4"
     pad = 4 - len(shape)
     padded = [1] * pad + list(shape)
-    if padded[1] != 1:
-        return f"{table} varies along the heads axis ({padded[1]}): the kernel has one angle table for all heads"
+    if padded[3 - seq] != 1:
+        return f"{table} varies along the heads axis ({padded[3 - seq]}): the kernel has one angle table for all heads"
     if padded[3] != xd[3]:
         return f"{table}'s last dim {padded[3]} is not the rotated size {xd[3]}"
     if padded[0] != 1 and not (pad == 0 and facts.dims.equal((m[table], 0), (q, 0))):
         return f"{table}'s batch dim {padded[0]} is neither 1 nor provably x's batch {xd[0]}"
-    if padded[2] == 1 and xd[2] != 1:
-        return f"{table} holds one position for every token (seq dim 1, x has {xd[2]})"
-    if padded[2] != 1 and not (pad <= 2 and facts.dims.equal((m[table], 2 - pad), (q, 2))):
-        return f"{table}'s sequence dim {padded[2]} is not provably x's {xd[2]}"
+    if padded[seq] == 1 and xd[seq] != 1:
+        return f"{table} holds one position for every token (seq dim 1, x has {xd[seq]})"
+    if padded[seq] != 1 and not (pad <= seq and facts.dims.equal((m[table], seq - pad), (q, seq))):
+        return f"{table}'s sequence dim {padded[seq]} is not provably x's {xd[seq]}"
     return padded
 
 
@@ -312,24 +332,25 @@ def _dim(rw: Rewrite, value: str, axis: int, static: Any, tag: str) -> str:
 
 
 def _positions(rw: Rewrite, m: Match, cos: str, cache: str) -> str:
-    """Row numbers of the cache, shaped as the tokens: arange(rows).reshape(c0, c2), expanded to [B, S]."""
-    c0, _, c2, _ = m.extra["table"]
+    """Row numbers of the cache, shaped as the tokens: arange(rows).reshape(c0, cS), expanded to [B, S]."""
+    seq = m.extra["seq"]
+    c0, cs = m.extra["table"][0], m.extra["table"][seq]
     q = m.extra["q"]
     qs = m.facts.shapes.shape(q)
     if m.extra["static"]:
-        ids = np.arange(c0 * c2, dtype=np.int64).reshape(c0, c2)
-        return rw.initializer(np.ascontiguousarray(np.broadcast_to(ids, (qs[0], qs[2]))), "position_ids")
+        ids = np.arange(c0 * cs, dtype=np.int64).reshape(c0, cs)
+        return rw.initializer(np.ascontiguousarray(np.broadcast_to(ids, (qs[0], qs[seq]))), "position_ids")
     pad = 4 - (m.facts.shapes.rank(cos) or 4)
     rows = rw.add("Shape", [cache], attrs={"start": 0, "end": 1}, suffix="rows").outputs[0]
     count = rw.add("Reshape", [rows, rw.initializer(np.array([], np.int64), "scalar")], suffix="count").outputs[0]
     ids = rw.add("Range", [rw.initializer(np.array(0, np.int64), "start"), count,
                            rw.initializer(np.array(1, np.int64), "step")], suffix="range").outputs[0]
     grid = rw.add("Concat", [_dim(rw, cos, 0 - pad, c0, "rows_b") if c0 != 1 else rw.initializer(np.array([1], np.int64), "one"),
-                             _dim(rw, cos, 2 - pad, c2, "rows_s")], attrs={"axis": 0}, suffix="grid").outputs[0]
+                             _dim(rw, cos, seq - pad, cs, "rows_s")], attrs={"axis": 0}, suffix="grid").outputs[0]
     ids = rw.add("Reshape", [ids, grid], suffix="ids").outputs[0]
-    if c0 == qs[0] and c2 == qs[2] and isinstance(c0, int):
+    if c0 == qs[0] and cs == qs[seq] and isinstance(c0, int):
         return ids
-    tokens = rw.add("Concat", [_dim(rw, q, 0, qs[0], "batch"), _dim(rw, q, 2, qs[2], "seq")], attrs={"axis": 0},
+    tokens = rw.add("Concat", [_dim(rw, q, 0, qs[0], "batch"), _dim(rw, q, seq, qs[seq], "seq")], attrs={"axis": 0},
                     suffix="tokens").outputs[0]
     return rw.add("Expand", [ids, tokens], suffix="position_ids").outputs[0]
 
@@ -344,13 +365,23 @@ def emit(target: str):
         attrs: dict[str, Any] = {"interleaved": int(pairs)}
         if m.extra["partial"]:
             attrs.update(rotary_embedding_dim=m.extra["d"], num_heads=m.extra["heads"])
+        x = m.extra["q"]
+        bsnd = m.extra["seq"] == 1
+        if bsnd:  # [B, S, N, D] is the kernel's 3-D [B, S, N*D] (same memory); num_heads says how to cut it
+            attrs["num_heads"] = m.extra["heads"]
+            x = rw.add("Reshape", [x, rw.initializer(np.array([0, 0, -1], np.int64), "bs_hidden")],
+                       suffix="hidden").outputs[0]
+        elif target != "ort":
+            attrs.pop("num_heads", None)  # only for 3-D input in the ONNX op
         if target == "ort":
             use_ms_domain(rw.ctx)
-            node = rw.add("RotaryEmbedding", [m.extra["q"], positions, cos_cache, sin_cache], attrs=attrs,
-                          domain=MS_DOMAIN)
+            node = rw.add("RotaryEmbedding", [x, positions, cos_cache, sin_cache], attrs=attrs, domain=MS_DOMAIN)
         else:
-            attrs.pop("num_heads", None)  # only for 3-D input in the ONNX op
-            node = rw.add("RotaryEmbedding", [m.extra["q"], cos_cache, sin_cache, positions], attrs=attrs)
-        return node.outputs[0]
+            node = rw.add("RotaryEmbedding", [x, cos_cache, sin_cache, positions], attrs=attrs)
+        if not bsnd:
+            return node.outputs[0]
+        qs = m.facts.shapes.shape(m.extra["q"])
+        return rw.add("Reshape", [node.outputs[0], rw.initializer(np.array([0, 0, m.extra["heads"], qs[3]], np.int64),
+                                                                  "bsnd")], suffix="bsnd").outputs[0]
 
     return replace

@@ -47,13 +47,16 @@ def _rules(target: str) -> tuple[Rule, ...]:
     emit = parts.emit(target)
     return (Rule("rotary-embedding-partial", parts.PARTIAL, emit, lambda m: parts.check(m, True),
                  emits="RotaryEmbedding"),
+            Rule("rotary-embedding-partial-interleaved", parts.PARTIAL_INTERLEAVED, emit,
+                 lambda m: parts.check(m, True, True), emits="RotaryEmbedding"),
             Rule("rotary-embedding", parts.FULL, emit, lambda m: parts.check(m, False), emits="RotaryEmbedding"),
             Rule("rotary-embedding-interleaved", parts.INTERLEAVED, emit, lambda m: parts.check(m, False, True),
                  emits="RotaryEmbedding"))
 
 
 class _RotaryPass(RulePass):
-    stat_keys = {"rotary-embedding-partial": "fused", "rotary-embedding": "fused", "rotary-embedding-interleaved": "fused"}
+    stat_keys = {"rotary-embedding-partial": "fused", "rotary-embedding-partial-interleaved": "fused",
+                 "rotary-embedding": "fused", "rotary-embedding-interleaved": "fused"}
 
     def facts(self, graph: Graph, ctx: PassContext) -> common.Facts:
         return common.Facts(graph, ctx)

@@ -200,3 +200,93 @@ def test_identical_slices_do_not_break_slices_to_split():
     original, result, _ = run(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
                               ["slices-to-split"], target="onnx")
     assert_same_outputs(original, result)
+
+
+def gptj_model(opset=17, rd=4, table_kind="tile", cohere=False):
+    """GPT-J's (and CodeGen's) query rotation as the TorchScript exporter writes it: x is [B, S, N, D]
+    (rotated before the heads move forward), the first ``rd`` channels rotate in pairs and the rest
+    pass through; sin/cos are rows of one table gathered by position, split, and repeat_interleave'd
+    by Unsqueeze + Tile [1, 1, 1, 1, 2] + Reshape [0, 0, 1, rd]. The pair Slices cut axis 3 while the
+    stacking Unsqueezes add axis -1 (two different constants); the flatten target is [0, 0, 0, -1].
+    ``cohere``: [B, N, S, D] and a full rotation (Cohere's form), angles at axis 1."""
+    rd = D if cohere else rd
+    inv = (1.0 / (10000 ** (np.arange(0, rd, 2) / rd))).astype(np.float32)
+    table = np.arange(64, dtype=np.float32)[:, None] * inv[None, :]
+    i64 = lambda v, name: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    inits = [numpy_helper.from_array(np.concatenate([np.sin(table), np.cos(table)], -1), "sincos"),
+             i64([rd // 2, rd // 2], "halves"), i64([1] if cohere else [2], "heads_axis"), i64([-1], "last"),
+             i64([1, 1, 1, 1, 2], "tile"), i64([0, 0, 1, rd] if not cohere else [0, 1, 0, rd], "flat_angles"),
+             i64([0], "zero"), i64([1], "one"), i64([2], "two"), i64([rd], "rd"), i64([INT64_MAX], "end"),
+             i64([3], "ax3"), i64([0, 0, 0, -1], "flat_pairs")]
+    nodes = [helper.make_node("Gather", ["sincos", "position_ids"], ["sc"]),
+             helper.make_node("Split", ["sc", "halves"], ["sin_h", "cos_h"], axis=-1)]
+    for t in ("sin", "cos"):
+        nodes += [helper.make_node("Unsqueeze", [f"{t}_h", "heads_axis"], [f"{t}_u"]),
+                  helper.make_node("Unsqueeze", [f"{t}_u", "last"], [f"{t}_p"]),
+                  helper.make_node("Tile", [f"{t}_p", "tile"], [f"{t}_t"]),
+                  helper.make_node("Reshape", [f"{t}_t", "flat_angles"], [t])]
+    src = "x"
+    if not cohere:
+        nodes += [helper.make_node("Slice", ["x", "zero", "rd", "ax3"], ["xr"]),
+                  helper.make_node("Slice", ["x", "rd", "end", "ax3"], ["xp"])]
+        src = "xr"
+    nodes += [helper.make_node("Slice", [src, "zero", "end", "ax3", "two"], ["xe"]),
+              helper.make_node("Slice", [src, "one", "end", "ax3", "two"], ["xo"]),
+              helper.make_node("Neg", ["xo"], ["nxo"]),
+              helper.make_node("Unsqueeze", ["nxo", "last"], ["a5"]),
+              helper.make_node("Unsqueeze", ["xe", "last"], ["b5"]),
+              helper.make_node("Concat", ["a5", "b5"], ["st"], axis=-1),
+              helper.make_node("Reshape", ["st", "flat_pairs"], ["rot"]),
+              helper.make_node("Mul", [src, "cos"], ["xc"]),
+              helper.make_node("Mul", ["rot", "sin"], ["rs"]),
+              helper.make_node("Add", ["xc", "rs"], ["y" if cohere else "yr"])]
+    if not cohere:
+        nodes.append(helper.make_node("Concat", ["yr", "xp"], ["y"], axis=-1))
+    shape = ["batch", N, "seq", D] if cohere else ["batch", "seq", N, D]
+    graph = helper.make_graph(
+        nodes, "gptj_rope",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape),
+         helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def gptj_feeds(batch=2, seq=5, start=3, cohere=False):
+    rng = np.random.default_rng(2)
+    pos = (start + np.arange(seq)[None, :] + np.arange(batch)[:, None]).astype(np.int64)
+    shape = (batch, N, seq, D) if cohere else (batch, seq, N, D)
+    return {"x": rng.standard_normal(shape).astype(np.float32), "position_ids": pos}
+
+
+@pytest.mark.parametrize("target,opset", [("ort", 17), ("onnx", 23)])
+@pytest.mark.parametrize("cohere", [False, True], ids=["gptj", "cohere"])
+def test_gptj_and_cohere_interleaved_rotations_fuse(target, opset, cohere):
+    """GPT-J/CodeGen: partial interleaved rotation of x laid out [B, S, N, D] (the kernel reads it as
+    [B, S, N*D] with num_heads); Cohere: a full interleaved rotation of [B, N, S, D]. Angles repeated
+    per pair by Tile, proven equal neighbours; both fuse on either target and compute the same."""
+    proto = gptj_model(opset=opset, cohere=cohere)
+    original = io.load_proto(proto)
+    fused, _, ctx = optimize(original, level=2, target=target,
+                             explain={"rotary-embedding-interleaved", "rotary-embedding-partial-interleaved"})
+    name = "com.microsoft:RotaryEmbedding" if target == "ort" else "RotaryEmbedding"
+    assert ops(fused)[name] == 1, ctx.explanations
+    node = fused.graph.nodes("RotaryEmbedding")[0]
+    assert node.attr("interleaved") == 1
+    if not cohere:
+        assert node.attr("num_heads") == N and node.attr("rotary_embedding_dim") == 4
+    for sizes in (dict(), dict(batch=1, seq=1, start=40), dict(batch=3, seq=2, start=0)):
+        assert_same_outputs(original, fused, gptj_feeds(cohere=cohere, **sizes))
+
+
+def test_gptj_rotation_with_angles_not_repeated_per_pair_is_refused():
+    """The same graph with the angles tiled along the wrong axis ([B, S, 1, 2, rd/2] flattened: [f, f]):
+    neighbours differ, the kernel's one angle per pair would be wrong."""
+    proto = gptj_model()
+    for init in proto.graph.initializer:
+        if init.name == "tile":
+            init.CopyFrom(numpy_helper.from_array(np.array([1, 1, 1, 2, 1], np.int64), "tile"))
+    original = io.load_proto(proto)
+    fused, _, ctx = optimize(original, level=2, target="ort", passes=["ort-rotary-embedding"],
+                             explain={"rotary-embedding-partial-interleaved"})
+    assert not ops(fused)["com.microsoft:RotaryEmbedding"]
+    assert_same_outputs(original, fused, gptj_feeds())
