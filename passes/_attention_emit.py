@@ -229,3 +229,54 @@ def emit_cached(m: Match, rw: Rewrite) -> str:
     bias = ["", "", _bias(m, rw, q_seq, [(k4, 2)])] if m.get("mask") else []
     node = rw.add("MultiHeadAttention", [query, k4, kv_value(m, "v")] + bias, attrs=_attrs(m), domain=MS_DOMAIN)
     return _finish(m, rw, node.outputs[0])
+
+
+def _alibi_bias(m: Match, rw: Rewrite, onnx_mask: bool = False) -> str:
+    """The alibi as [B, N, 1|S, T] (or [1, 1, ·, ·] when it has one row) plus the mask expanded to
+    [·, ·, S, T] (for ONNX Attention, its finfo.min raised one ulp: ``_onnx_mask``), or the alibi
+    expanded to [·, ·, S, T] when there is no mask."""
+    n, q4, k4 = m.extra["heads"], m["q4"], kv_value(m, "k")
+    alibi = m["alibi"]
+    if m.extra["alibi_rows"]:
+        lead = [_dim_tensor(rw, q4, 0, "alibi_batch"), rw.initializer(np.array([n, -1], np.int64), "alibi_heads")]
+    else:
+        lead = [rw.initializer(np.array([1, 1, -1], np.int64), "alibi_one")]
+    target = rw.add("Concat", [*lead, _dim_tensor(rw, alibi, 2, "alibi_keys")], attrs={"axis": 0},
+                    suffix="alibi_shape").outputs[0]
+    alibi4 = rw.add("Reshape", [alibi, target], suffix="alibi4").outputs[0]
+    q_seq = m.extra["q_dims"][1]
+    if m.get("mask"):
+        spread = (_onnx_mask if onnx_mask else _bias)(m, rw, q_seq, [(k4, 2)])
+        return rw.add("Add", [alibi4, spread], suffix="attention_bias").outputs[0]
+    sizes = [rw.initializer(np.array([1, 1], np.int64), "ones"), _dim_tensor(rw, *q_seq, "q_len"),
+             _dim_tensor(rw, k4, 2, "kv_len")]
+    return rw.add("Expand", [alibi4, rw.add("Concat", sizes, attrs={"axis": 0}, suffix="bias_shape").outputs[0]],
+                  suffix="alibi_spread").outputs[0]
+
+
+def _query_merged(m: Match, rw: Rewrite, value: str, tag: str) -> str:
+    n, h = m.extra["heads"], m.extra["head_size"]
+    merged = rw.add("Transpose", [value], attrs={"perm": [0, 2, 1, 3]}, suffix=f"{tag}_merge").outputs[0]
+    return rw.add("Reshape", [merged, rw.initializer(np.array([0, 0, n * h], np.int64), f"{tag}_shape")],
+                  suffix=tag).outputs[0]
+
+
+def emit_alibi(m: Match, rw: Rewrite) -> str:
+    """MultiHeadAttention on BLOOM's folded attention (``check_alibi``): the queries merged back to
+    [B, S, N·h], k and v [B, N, T, h] as they are, attention_bias = alibi + mask (``_alibi_bias``)."""
+    use_ms_domain(m.ctx)
+    query = _query_merged(m, rw, m["q4"], "query")
+    bias = _alibi_bias(m, rw)
+    node = rw.add("MultiHeadAttention", [query, kv_value(m, "k"), kv_value(m, "v"), "", "", bias], attrs=_attrs(m),
+                  domain=MS_DOMAIN)
+    return _finish(m, rw, node.outputs[0])
+
+
+def emit_onnx_alibi(m: Match, rw: Rewrite) -> str:
+    """ONNX Attention on BLOOM's folded attention: q, k, v [B, N, ·, h] as they are (4-D), attn_mask =
+    alibi + the raised mask, the [B, N, S, h] output merged back to [B, S, N·h]."""
+    n = m.extra["heads"]
+    attrs = {"q_num_heads": n, "kv_num_heads": n, "scale": float(m.extra["scale"])}
+    node = rw.add("Attention", [m["q4"], kv_value(m, "k"), kv_value(m, "v"), _alibi_bias(m, rw, onnx_mask=True)],
+                  attrs=attrs)
+    return _finish(m, rw, _query_merged(m, rw, node.outputs[0], "merged"))

@@ -27,7 +27,14 @@ from __future__ import annotations
 
 import numpy as np
 from graphtool.passes._attention_dims import same_dim, static_size
-from graphtool.passes._attention_parts import _heads, check_cached_shapes, check_projected, check_self_attention, kv_value
+from graphtool.passes._attention_parts import (
+    _heads,
+    check_alibi,
+    check_cached_shapes,
+    check_projected,
+    check_self_attention,
+    kv_value,
+)
 from onnx import TensorProto
 
 from graphtool.rewrite import Match
@@ -62,6 +69,20 @@ def check_onnx_cached(m: Match) -> str | None:
     if three_d:
         sources = split
     m.extra.update(kv_heads=kv_heads, onnx_past=past, onnx_kv=sources, three_d=three_d)
+    return None
+
+
+def check_onnx_alibi(m: Match) -> str | None:
+    """``check_alibi`` (BLOOM's folded heads, the ALiBi bias), then what ONNX Attention needs: a
+    positive scale, and float32 unless the mask holds only 0 and -inf (as ``check_onnx_cached``)."""
+    why = check_alibi(m)
+    if why:
+        return why
+    if m.extra["dtype"] != TensorProto.FLOAT and m.get("mask") and not _zero_or_minus_inf(m.graph, m["mask"]):
+        return ("q is float16 and the mask may hold finite values: onnxruntime's Attention rounds a fully masked "
+                "row's scores once where the graph rounds three times")
+    if m.extra["scale"] <= 0:
+        return f"the scale {m.extra['scale']:g} is not > 0 (ONNX Attention's scale)"
     return None
 
 

@@ -140,6 +140,12 @@ def _target_is(m: Match, target: str, allowzero: int, expected: list, copies: di
     if m.facts.dims.target_is(target, allowzero, expected, copies):
         return True
     pieces = shape_pieces(m.graph, m.facts.shapes, target)
+    known = m.extra.get("known_pieces")
+    if pieces is None and known:  # elements a check proved to be a dim (BLOOM's B = Shape(ctx)[0] / N)
+        pieces = _elements(m, target)
+        pieces = pieces and [known.get(p, p) if isinstance(p, str) else p for p in pieces]
+        if pieces is None or any(isinstance(p, str) for p in pieces):
+            return False
     if pieces is None or len(pieces) != len(expected):
         return False
 
@@ -448,3 +454,166 @@ def _is_causal(m: Match, cond: str, x: str) -> bool:
         if e is None or (isinstance(e, int) and dims.static(x, 1) != e) or (not isinstance(e, int) and not dims.equal(e, (x, 1))):
             return False
     return True
+
+
+# ---------------------------------------------------------------------- ALiBi (BLOOM): heads folded into the batch
+
+
+def _elements(m: Match, target: str) -> list | None:
+    """A 1-D shape tensor element by element: an int (a constant), a (value, axis) piece
+    (``shape_pieces`` of a one-element part), or the name of a part nothing traces (one element:
+    a ``B·N`` computed by Mul). None when it is neither a constant nor a Concat of such parts."""
+    pieces = shape_pieces(m.graph, m.facts.shapes, target)
+    if pieces is not None:
+        return pieces
+    node = m.graph.producer(target)
+    if node is None or node.op_type != "Concat":
+        return None
+    out: list = []
+    for part in node.inputs:
+        sub = shape_pieces(m.graph, m.facts.shapes, part)
+        if sub is not None:
+            out.extend(sub)
+        elif m.facts.shapes.shape(part) == [1]:
+            out.append(part)
+        else:
+            return None
+    return out
+
+
+def _fits(m: Match, piece, want, allow_unknown: bool = True) -> bool:
+    if piece == -1:
+        return allow_unknown
+    if isinstance(want, int):
+        return (piece == want) if isinstance(piece, int) else (isinstance(piece, tuple) and static_size(m, *piece) == want)
+    return isinstance(piece, tuple) and same_dim(m, piece, want)
+
+
+def check_alibi(m: Match) -> str | None:
+    """BLOOM's attention: q, k, v [B, N, ·, h] reshaped to [B·N, ·, h] (heads folded into the batch),
+    ``baddbmm(alibi, q, kᵀ, alpha=scale)``, the scores back to [B, N, S, T], + mask, Softmax, the
+    probabilities to [B·N, S, T] again, · v, back to [B, N, S, h], merged. MultiHeadAttention with
+    attention_bias = alibi (as [B, N, 1, T]) + mask computes the same.
+
+    Proof that the folds are the identity on memory order: the four [X, ·, ·] targets share one
+    leading element X (the same constant, or the same computed value), q/k/v keep h last, and the
+    scores are proven [B, N, S, T] again. Then X·S' = B·N·S and X·T' = B·N·T (q and k element counts)
+    and X·S'·T' = B·N·S·T (the scores'), so T' = T, X = B·N, S' = S; the probabilities' [X, S'', T'']
+    with S'' provably S (or -1, T'' provably T) and v's [X, T_v, h] contracted over T'' = T_v give
+    T_v = T. Row b·N + n of every fold is (b, n). The alibi's rows: X (its target leads with X) or 1."""
+    m.extra["known_pieces"] = _batch_from_folds(m)
+    why = check_cached_shapes(m)
+    if why:
+        return why
+    n, h = m.extra["heads"], m.extra["head_size"]
+    (batch, seq), k4 = m.extra["q_dims"], kv_value(m, "k")
+    total = (k4, 2)
+    folds = {t: m.node(f"flat_{t}") for t in "qkvp"}
+    elements = {t: _elements(m, node.inputs[1]) for t, node in folds.items()}
+    if any(e is None or len(e) != 3 for e in elements.values()):
+        return "a [B·N, ·, ·] fold's target is not three traceable elements"
+    lead = elements["q"][0]
+    if not all(_same_element(m, e[0], lead) for e in elements.values()) or lead in (0, -1) \
+            or (isinstance(lead, int) and lead < 1):
+        return "the four [B·N, ·, ·] folds do not provably share one leading dim"
+    if any(node.attr("allowzero", 0) == 0 and 0 in elements[t][1:] for t, node in folds.items()):
+        return "a fold copies a dim with a literal 0"
+    for t in "qkv":
+        if not _fits(m, elements[t][2], h, allow_unknown=False):
+            return f"the {t} fold does not keep the head size {h} last"
+    p = elements["p"]
+    if not (_fits(m, p[1], seq) and _fits(m, p[2], total) and [p[1], p[2]].count(-1) <= 1):
+        return "the probabilities' fold is not provably [B·N, S, T]"
+    unflat = m.node("unflat")
+    if not _target_is(m, unflat.inputs[1], unflat.attr("allowzero", 0), [batch, n, seq, total], {}):
+        return "the scores' unfold is not provably [B, N, S, T]"
+    ctx = m.node("unflat_ctx")
+    if not _target_is(m, ctx.inputs[1], ctx.attr("allowzero", 0), [batch, n, seq, h], {}):
+        return "the context's unfold is not provably [B, N, S, h]"
+    alibi = m["alibi"]
+    shapes = m.facts.shapes
+    if shapes.rank(alibi) != 3 or shapes.dtype(alibi) != m.extra["dtype"]:
+        return "the bias added to the folded scores is not rank 3 of the queries' type"
+    producer = m.graph.producer(alibi)
+    alibi_lead = _elements(m, producer.inputs[1]) if producer is not None and producer.op_type == "Reshape" else None
+    per_row = alibi_lead is not None and len(alibi_lead) == 3 and _same_element(m, alibi_lead[0], lead)
+    if not per_row and static_size(m, alibi, 0) != 1:
+        return "the bias's first dim is not provably B·N (or 1)"
+    folded_ctx = m.node("unflat_ctx").inputs[0]
+    if per_row:  # a Shape reader of the folded context (TorchScript's _merge_heads) reads X = the alibi's rows
+        m.dims[folded_ctx] = [(alibi, 0), seq, h]
+    # its other dims need no proof: a bias [·, S_a, T_a] added to [X, S, T] that then unfolds to
+    # [B, N, S, T] has S_a in {1, S} and T_a in {1, T} whenever the graph runs (a broadcast the other
+    # way changes the element counts above: S_a > S' = 1 forces S = 1, T_a > T' = 1 forces T = 1)
+    m.extra.update(past=False, alibi_rows=per_row)
+    return None
+
+
+def _batch_from_folds(m: Match) -> dict[str, Dim]:
+    """Elements of the merge's target that are B: ``Unsqueeze(Div(Shape(v)[0], N))`` with v a folded
+    value of the match (dim 0 = B·N once ``check_alibi`` proves the folds), as TorchScript writes
+    BLOOM's ``_merge_heads`` (``batch_size = batch_size_and_num_heads // num_heads``)."""
+    graph, q4 = m.graph, m["q4"]
+    n = static_size(m, q4, 1)
+    out = m.node("out")
+    node = graph.producer(out.inputs[1]) if out is not None else None
+    if n is None or node is None or node.op_type != "Concat":
+        return {}
+    folded = {m.node(f"flat_{t}").outputs[0] for t in "qkvp"} | {m.node("unflat_ctx").inputs[0]}
+    known: dict[str, Dim] = {}
+    for part in node.inputs:
+        value = part
+        step = graph.producer(value)
+        while step is not None and step.op_type in ("Unsqueeze", "Cast", "Identity"):
+            value = step.inputs[0]
+            step = graph.producer(value)
+        if step is None or step.op_type != "Div" or scalar_value(graph, step.inputs[1]) != n:
+            continue
+        gather = graph.producer(step.inputs[0])
+        if gather is None or gather.op_type != "Gather" or graph.const(gather.inputs[1]) is None \
+                or graph.const(gather.inputs[1]).reshape(-1).tolist() != [0]:
+            continue
+        shape = graph.producer(gather.inputs[0])
+        if shape is not None and shape.op_type == "Shape" and shape.attr("start", 0) == 0 and shape.inputs[0] in folded:
+            known[part] = (q4, 0)
+    return known
+
+
+def _same_element(m: Match, a, b, depth: int = 0) -> bool:
+    """Two shape elements (``_elements``) provably equal: the same constant or piece, or the same
+    computation — Unsqueeze/Squeeze/Cast/Identity, a Mul by one constant, ``Shape(v)[k]`` of provably
+    equal dims (each layer of a TorchScript export computes B·N from its own input's shape)."""
+    if repr(a) == repr(b):
+        return True
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return same_dim(m, a, b)
+    if not (isinstance(a, str) and isinstance(b, str)) or depth > 8:
+        return False
+    graph = m.graph
+    ca, cb = graph.const(a), graph.const(b)
+    if ca is not None or cb is not None:
+        return ca is not None and cb is not None and ca.reshape(-1).tolist() == cb.reshape(-1).tolist()
+    na, nb = graph.producer(a), graph.producer(b)
+    if na is None or nb is None or na.op_type != nb.op_type:
+        return False
+    if na.op_type in ("Unsqueeze", "Squeeze", "Cast", "Identity"):
+        return _same_element(m, na.inputs[0], nb.inputs[0], depth + 1) and \
+            [graph.const(v) is not None and graph.const(v).tolist() for v in na.inputs[1:]] == \
+            [graph.const(v) is not None and graph.const(v).tolist() for v in nb.inputs[1:]]
+    if na.op_type == "Mul":
+        def split(node):  # (the one-element constant factor, the other operand), or None
+            for i in (0, 1):
+                c = graph.const(node.inputs[i])
+                if c is not None and c.size == 1 and graph.const(node.inputs[1 - i]) is None:
+                    return float(c.reshape(-1)[0]), node.inputs[1 - i]
+            return None
+        fa, fb = split(na), split(nb)
+        return fa is not None and fb is not None and fa[0] == fb[0] and _same_element(m, fa[1], fb[1], depth + 1)
+    if na.op_type == "Gather":
+        ka, kb = graph.const(na.inputs[1]), graph.const(nb.inputs[1])
+        sa, sb = graph.producer(na.inputs[0]), graph.producer(nb.inputs[0])
+        if ka is None or kb is None or ka.size != 1 or kb.size != 1 or sa is None or sb is None \
+                or sa.op_type != "Shape" or sb.op_type != "Shape" or sa.attr("start", 0) or sb.attr("start", 0):
+            return False
+        return same_dim(m, (sa.inputs[0], int(ka.reshape(-1)[0])), (sb.inputs[0], int(kb.reshape(-1)[0])))
+    return False

@@ -343,9 +343,17 @@ class Dims:
             if axis == r - 2 or (axis < r - 2 and (self.shapes.rank(ins[1]) or 99) <= 2):
                 return (ins[0], axis)
             return None
-        if op == "Gather" and node.attr("axis", 0) == 0:
-            ids_rank = self.shapes.rank(ins[1])
-            return (ins[1], axis) if ids_rank is not None and axis < ids_rank else None
+        if op == "Gather":  # out = data's dims before the axis, the indices' dims, data's dims after it
+            ids_rank, data_rank = self.shapes.rank(ins[1]), self.shapes.rank(ins[0])
+            if ids_rank is None or data_rank is None:
+                return None
+            at = node.attr("axis", 0)
+            at = at + data_rank if at < 0 else at
+            if axis < at:
+                return (ins[0], axis)
+            if axis < at + ids_rank:
+                return (ins[1], axis - at)
+            return (ins[0], axis - ids_rank + 1)
         if op == "Transpose":
             perm = transpose_perm(node, r)
             return (ins[0], perm[axis]) if perm is not None and len(perm) == r else None

@@ -52,6 +52,18 @@ The mask becomes attention_bias expanded to [1, 1, S, T] (S the queries', T the 
 expanding a cross-attention mask to [S, S] wrote models that fail when decoder and encoder
 lengths differ (issue 32).
 
+``alibi-attention`` (``--target ort``) and ``onnx-alibi-attention`` (``--target onnx``, opset >= 23) are
+BLOOM's attention: q, k, v [B, N, ·, h] folded to [B·N, ·, h], ``baddbmm(alibi, q, kᵀ, alpha)`` —
+the ALiBi bias [B·N, 1, T] added to the scaled scores —, unfolded to [B, N, S, T] for the mask and
+Softmax, folded again for the product with v, unfolded and merged. MultiHeadAttention (ONNX
+Attention) computes it with the alibi as [B, N, 1, T] plus the mask as its attention bias (ONNX: the
+mask raised one ulp as above). The check (``_attention_parts.check_alibi``) proves the folds by
+element counts: the four folds share one leading element, q/k/v keep h last, the scores unfold to a
+provable [B, N, S, T]. Refusals: "the four [B·N, ·, ·] folds do not provably share one leading dim",
+"the scores' unfold is not provably [B, N, S, T]", "the bias's first dim is not provably B·N (or 1)",
+and those of ``cached-attention``. Not ALiBi-like biases in general: a fused op cannot express Gemma
+2's soft-capping (tanh between the product and Softmax), so that stays unfused.
+
 ``fuse-attention-mha`` is the same fusion with the projections left as they are (three MatMul
 (+ Add), MultiHeadAttention taking q, k, v): which of the two forms onnxruntime runs faster
 depends on the CPU, the batch and the threads (BERT-base dynamo export, batch 2, one thread:
@@ -175,6 +187,29 @@ def _cached_core(kv=_cache) -> object:
     return op.Reshape(merged, Var("out_shape"), _name="out")
 
 
+def _alibi_core() -> object:
+    """BLOOM: heads folded into the batch ([B·N, ·, h]), scores = alibi + scale·q·kᵀ (baddbmm),
+    unfolded to [B, N, S, T] for the mask and Softmax, folded again for the product with v."""
+    def fold(src: object, t: str) -> object:
+        return op.Reshape(src, Var(f"flat_{t}_shape"), _name=f"flat_{t}")
+
+    number = partial(Var, where=parts.is_scalar)
+    q3, k3 = fold(Var("q4", rank=4), "q"), fold(_cache("k"), "k")
+    k_t = op.Transpose(k3, perm=[0, 2, 1])
+    plain = {"transA": OneOf(0, None), "transBatchA": OneOf(0, None), "transBatchB": OneOf(0, None)}
+    scores = either(op.MatMul(q3, k_t),  # FusedMatMul: when matmul-scale fusion ran first
+                    ms.FusedMatMul(q3, k_t, transB=OneOf(0, None), _name="fused_scores", **plain),
+                    ms.FusedMatMul(q3, k3, transB=1, _name="fused_scores", **plain))
+    scaled = either(op.Mul(scores, number("s_mul")), op.Div(scores, number("s_div")), scores)
+    unfolded = op.Reshape(op.Add(scaled, Var("alibi", rank=3)), Var("unflat_shape"), _name="unflat")
+    softmax = op.Softmax(either(op.Add(unfolded, Var("mask")), unfolded), axis=OneOf(-1, 3), _name="softmax")
+    probs = either(op.Where(op.IsNaN(softmax), Scalar("nan_fill"), softmax), softmax)
+    attended = op.MatMul(fold(probs, "p"), fold(_cache("v"), "v"))
+    context = op.Reshape(attended, Var("ctx_shape"), _name="unflat_ctx")
+    merged = op.Transpose(context, perm=HEADS, _name="merge", _shared=True)
+    return op.Reshape(merged, Var("out_shape"), _name="out")
+
+
 _packed = _linear("qkv")
 SELF_ATTENTION = Rule("self-attention", _core(*_qkv_sources(_packed)), emit.emit_attention,
                       parts.check_self_attention_ort, emits="Attention")
@@ -183,6 +218,9 @@ PROJECTED = Rule("projected-attention", _core(Var("q", rank=3), Var("k", rank=3)
 UNPACKED = Rule("unpacked-attention", PROJECTED.pattern, emit.emit_multi_head, parts.check_projected,
                 emits="MultiHeadAttention")
 CACHED = Rule("cached-attention", _cached_core(), emit.emit_cached, parts.check_cached, emits="MultiHeadAttention")
+ALIBI = Rule("alibi-attention", _alibi_core(), emit.emit_alibi, parts.check_alibi, emits="MultiHeadAttention")
+ONNX_ALIBI = Rule("onnx-alibi-attention", ALIBI.pattern, emit.emit_onnx_alibi, onnx_parts.check_onnx_alibi,
+                  emits="Attention")
 ONNX_ATTENTION = Rule("onnx-attention", SELF_ATTENTION.pattern, emit.emit_onnx_attention,
                       onnx_parts.check_onnx_self_attention, emits="Attention")
 ONNX_PROJECTED = Rule("onnx-projected-attention", PROJECTED.pattern, emit.emit_onnx_projected,
@@ -200,7 +238,7 @@ class _AttentionPass(RulePass):
 class FuseAttentionOrt(_AttentionPass):
     """Fuse self-attention subgraphs into com.microsoft Attention (packed QKV) for onnxruntime."""
 
-    rules = (SELF_ATTENTION, PROJECTED, CACHED)
+    rules = (SELF_ATTENTION, PROJECTED, CACHED, ALIBI)
 
     def applies(self, graph: Graph, ctx: PassContext) -> bool:
         return contrib_allowed(graph, ctx, "Attention", "MultiHeadAttention")
@@ -217,7 +255,7 @@ class FuseAttentionMha(_AttentionPass):
     decoder's cached attention is MultiHeadAttention in both forms, so it is fused here too: without
     it the variant would be "attention off" on a decoder under another name."""
 
-    rules = (UNPACKED, CACHED)
+    rules = (UNPACKED, CACHED, ALIBI)
 
     def applies(self, graph: Graph, ctx: PassContext) -> bool:
         return ctx.target == "ort" and contrib_allowed(graph, ctx, "MultiHeadAttention")
@@ -228,7 +266,7 @@ class FuseAttention(_AttentionPass):
     """Fuse attention into the ONNX Attention op (opset >= 23): encoders' self-attention, a
     decoder's cached self-attention (past/present, grouped KV heads) and cross-attention."""
 
-    rules = (ONNX_ATTENTION, ONNX_PROJECTED, ONNX_CACHED)
+    rules = (ONNX_ATTENTION, ONNX_PROJECTED, ONNX_CACHED, ONNX_ALIBI)
 
     def applies(self, graph: Graph, ctx: PassContext) -> bool:
         return ctx.target != "ort" and ctx.opset("") >= 23 and graph is ctx.model.graph

@@ -280,6 +280,79 @@ def falcon_layer() -> onnx.ModelProto:
     return b.model()
 
 
+def bloom_layer(shared_lead: bool = True, torchscript: bool = False, layers: int = 1) -> onnx.ModelProto:
+    """BLOOM's self-attention as transformers 5's exports write it: heads folded into the batch —
+    q, k, v [B, N, ·, h] reshaped to [B·N, ·, h] by targets that lead with one computed B·N —,
+    ``baddbmm(alibi, q, kᵀ, alpha=1/√h)`` with the ALiBi bias [B·N, 1, T] (slopes · positions from
+    the attention mask's cumsum), the scores unfolded to [B, N, S, T] for the mask and Softmax,
+    folded again for the product with v, unfolded, merged. ``shared_lead=False``: the probabilities'
+    fold computes its own B·N from the mask's batch (equal at run time, but no proof says so).
+    ``torchscript``: TorchScript's form — q, k, v are Gathers at axis 3 of one packed projection
+    viewed [B, S, N, 3, h], each fold computes B·N from its layer input's shape, and the merge's
+    target reads B as Shape(folded context)[0] / N (``_merge_heads``). ``layers`` stacked layers
+    share the alibi; a fused layer's output has no inferred shape, so the next layer's dims are
+    proven through the Gathers."""
+    b = _Builder(5)
+    x = b.input("x", ["batch", "seq", H])
+    # declared with its own batch symbol when the fold reads it: no declared shape ties the two
+    attention_mask = b.input("attention_mask", ["batch" if shared_lead else "mask_batch", "total"], TensorProto.INT64)
+    mask = b.input("mask", ["batch", 1, "seq", "total"])
+
+    def scalar_dim(value: str, axis: int) -> str:
+        return b.op("Gather", [b.op("Shape", [value]), b.const(np.array(axis, np.int64))])
+
+    def lead(source: str = x) -> str:  # B·N as a [1] tensor
+        return b.op("Unsqueeze", [b.op("Mul", [scalar_dim(source, 0), b.const(np.array(N, np.int64))]),
+                                  b.const(np.array([0], np.int64))])
+
+    bn = lead()
+    slopes = b.const((2.0 ** (-8.0 * np.arange(1, N + 1) / N)).astype(np.float32).reshape(N, 1))
+    cum = b.op("Sub", [b.op("CumSum", [attention_mask, b.const(np.array(1, np.int64))]), b.const(np.array(1, np.int64))])
+    positions = b.op("Cast", [b.op("Unsqueeze", [b.op("Mul", [cum, attention_mask]), b.const(np.array([1], np.int64))])],
+                     to=TensorProto.FLOAT)  # [B, 1, T]
+    alibi = b.op("Reshape", [b.op("Mul", [slopes, positions]),
+                             b.op("Concat", [bn, b.const(np.array([1], np.int64)), b.dim(attention_mask, 1)], axis=0)])
+    for layer in range(layers):
+        past_k = b.input(f"past_key{layer}" if layers > 1 else "past_key", ["batch", N, "past", HD])
+        past_v = b.input(f"past_value{layer}" if layers > 1 else "past_value", ["batch", N, "past", HD])
+        layer_lead = lead(x) if torchscript else bn
+        if torchscript:
+            packed = b.linear(x, 3 * H)
+            view = b.op("Concat", [b.dim(x, 0), b.dim(x, 1), b.const(np.array([N, 3, HD], np.int64))], axis=0)
+            qkv = b.op("Reshape", [packed, view])
+            q4, k_new, v_new = (b.op("Transpose", [b.op("Gather", [qkv, b.const(np.array(i, np.int64))], axis=3)],
+                                     perm=[0, 2, 1, 3]) for i in range(3))
+        else:
+            q4, k_new, v_new = (b.heads(b.linear(x, H), N, x) for _ in range(3))
+        suffix = str(layer) if layers > 1 else ""
+        k_all = b.output(b.op("Concat", [past_k, k_new], axis=2), f"present_key{suffix}", ["batch", N, "total", HD])
+        v_all = b.output(b.op("Concat", [past_v, v_new], axis=2), f"present_value{suffix}", ["batch", N, "total", HD])
+
+        def fold(v: str, middle: str | None = None, first: str | None = None) -> str:
+            rest = [middle, b.const(np.array([-1], np.int64))] if middle else [b.const(np.array([-1, HD], np.int64))]
+            return b.op("Reshape", [v, b.op("Concat", [first or layer_lead, *rest], axis=0)])
+
+        kt = b.op("Transpose", [fold(k_all)], perm=[0, 2, 1])
+        scores = b.op("Mul", [b.op("MatMul", [fold(q4), kt]), b.const(np.array(HD ** -0.5, np.float32))])
+        scores = b.op("Add", [scores, alibi])
+        unfold = b.op("Concat", [b.dim(x, 0), b.const(np.array([N], np.int64)), b.dim(x, 1),
+                                 b.const(np.array([-1], np.int64))], axis=0)
+        probs = b.op("Softmax", [b.op("Add", [b.op("Reshape", [scores, unfold]), mask])], axis=-1)
+        ctx3 = b.op("MatMul", [fold(probs, b.dim(x, 1), None if shared_lead else lead(attention_mask)), fold(v_all)])
+        ctx = b.op("Reshape", [ctx3, b.op("Concat", [b.dim(x, 0), b.const(np.array([N], np.int64)), b.dim(x, 1),
+                                                     b.const(np.array([HD], np.int64))], axis=0)])
+        if torchscript:  # batch_size = batch_size_and_num_heads // num_heads
+            batch = b.op("Unsqueeze", [b.op("Div", [scalar_dim(ctx3, 0), b.const(np.array(N, np.int64))]),
+                                       b.const(np.array([0], np.int64))])
+        else:
+            batch = b.dim(x, 0)
+        target = b.op("Concat", [batch, b.dim(x, 1), b.const(np.array([H], np.int64))], axis=0)
+        y = b.op("Reshape", [b.op("Transpose", [ctx], perm=[0, 2, 1, 3]), target])
+        x = b.op("Add", [x, b.linear(y, H, bias=False)])
+    b.output(x, "y", ["batch", "seq", H])
+    return b.model()
+
+
 def bart_decoder_layer(cached_cross: bool = False, encoder_mask: bool = True,
                        tiled_positions: bool = False) -> onnx.ModelProto:
     """BART/Whisper decoder layer: self-attention over past + new keys (causal + padding mask

@@ -227,3 +227,53 @@ def test_gemma_layer_fuses_attention_rotary_and_every_norm(dtype):
     assert counts["com.microsoft:FastGelu"] == 1 and "Tanh" not in counts, counts  # float16: its nearest constants
     for kw in SIZES[1:]:
         assert_same_outputs(original, fused, dm.feeds(proto, **kw), atol=2e-2 if dtype == "float16" else 1e-4)
+
+
+@pytest.mark.parametrize("form", ["dynamo", "torchscript"])
+def test_bloom_alibi_attention_with_heads_folded_into_the_batch_fuses(form):
+    """BLOOM: q, k, v folded to [B·N, ·, h], alibi + q·kᵀ/√h (baddbmm), unfolded for mask and Softmax,
+    folded again for · v: MultiHeadAttention with attention_bias = alibi as [B, N, 1, T] + the mask
+    (was 0 fused: the cached pattern wants 4-D scores). TorchScript's form, two layers: q, k, v are
+    Gathers at axis 3 of the packed projection, every fold computes its own B·N, the merge reads B as
+    Shape(folded context)[0] / N; the second layer's dims are proven after the first one fused."""
+    proto = dm.bloom_layer(torchscript=form == "torchscript", layers=2 if form == "torchscript" else 1)
+    sizes = [dict(seq=5, past=3), dict(seq=4, past=8), dict(seq=1, past=9, batch=3), dict(seq=7, past=0)]
+    fused_and_equal(proto, 2 if form == "torchscript" else 1, sizes=sizes)
+
+
+def test_bloom_folds_of_unproven_batch_times_heads_are_left_alone():
+    """The probabilities' fold computes its own B·N (from the mask's batch): nothing proves the four
+    folds share one leading dim, so the element counts do not pin it to B·N and the rule refuses."""
+    proto = dm.bloom_layer(shared_lead=False)
+    original = io.load_proto(proto)
+    fused, _, ctx = optimize(original, level=2, target="ort", explain={"alibi-attention"})
+    assert not ops(fused)["com.microsoft:MultiHeadAttention"]
+    reasons = [e["reason"] for e in ctx.explanations.values() if e["rule"] == "alibi-attention"]
+    assert any("share one leading dim" in r for r in reasons), reasons
+    assert_same_outputs(original, fused, dm.feeds(proto, seq=4, past=8))
+
+
+def test_dim_proofs_follow_a_gather_at_any_axis_and_a_tile_that_repeats_once():
+    """``Dims.root`` through Gather(x, i, axis=3) — BLOOM's TorchScript q/k/v from the packed projection
+    viewed [B, S, N, 3, h]: a layer after a fused one has no inferred batch and is proven through it —
+    and through Tile's axes repeated once (GPT-J's repeat_interleave of the angles)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    from graphtool.pass_manager import PassContext
+    from graphtool.passes._ort_common import Dims, Shapes
+
+    inits = [numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array([[0, 2]], np.int64), "pairs"),
+             numpy_helper.from_array(np.array([1, 1, 1, 2], np.int64), "reps")]
+    nodes = [helper.make_node("Gather", ["x", "one"], ["q"], axis=3),
+             helper.make_node("Gather", ["x", "pairs"], ["qq"], axis=3),
+             helper.make_node("Tile", ["q", "reps"], ["t"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 4, 3, 8])],
+                              [helper.make_tensor_value_info(v, TensorProto.FLOAT, None) for v in ("q", "qq", "t")],
+                              inits)
+    model = io.load_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    dims = Dims(model.graph, Shapes(model.graph, PassContext(model=model, level=2)))
+    assert [dims.root("q", a) for a in range(4)] == [("x", 0), ("x", 1), ("x", 2), ("x", 4)]
+    assert [dims.root("qq", a) for a in range(6)] == [("x", 0), ("x", 1), ("x", 2), ("pairs", 0), ("pairs", 1), ("x", 4)]
+    assert [dims.root("t", a) for a in range(4)] == [("x", 0), ("x", 1), ("x", 2), ("t", 3)]

@@ -52,6 +52,7 @@ def attention_nodes(model):
     ("bart_cached_cross", lambda: dm.bart_decoder_layer(cached_cross=True), 2),
     ("bart_no_encoder_mask", lambda: dm.bart_decoder_layer(encoder_mask=False), 2),
     ("whisper_tiled_positions", lambda: dm.bart_decoder_layer(tiled_positions=True), 2),
+    ("bloom_alibi", dm.bloom_layer, 1),  # heads folded into the batch, ALiBi + raised mask as attn_mask
 ])
 def test_decoder_layers_become_onnx_attention_at_opset_23(name, build, expected):
     fused_and_equal(at_23(build()), expected)
