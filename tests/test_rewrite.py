@@ -150,3 +150,20 @@ def test_explain_names_the_check_that_refused():
     text = format_explanations(ctx.explanations)
     assert text.startswith("linear: Add") and "check: the bias is not what the kernel takes" in text
     assert ops(g) == {"MatMul": 1, "Add": 1}
+
+
+def test_explain_names_the_check_even_when_an_alternative_walked_further():
+    """The complete match binds y's producer chain as a Var (2 ops matched); the other alternative
+    walks Add, MatMul, Relu and fails deeper (at the Relu's input). The check's refusal of the
+    complete match is the answer, not the alternative's."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("MatMul", ["r", "w"], ["mm"]),
+             helper.make_node("Add", ["mm", "b"], ["y"])]
+    rng = np.random.default_rng(0)
+    g = model(nodes, {"w": rng.standard_normal((3, 3)), "b": rng.standard_normal(3)})
+    deep = op.Add(op.MatMul(op.Relu(op.Sigmoid(Var("x"))), Const("w")), Const("b"))
+    pattern = either(deep, op.Add(Var("anything"), Const("b")))
+    ctx = PassContext(model=g, level=2, explain={"refused"})
+    refuse = Rule("refused", pattern, gemm, lambda m: "the kernel cannot take it", emits="Gemm")
+    assert apply(g.graph, ctx, [refuse], pass_name="test") == {"refused": 0}
+    text = format_explanations(ctx.explanations)
+    assert "check: the kernel cannot take it" in text, text

@@ -108,6 +108,7 @@ class Refusal:
     # at the same place, so Softmax(axis=2) is explained by its axis, not by the alternatives.
     depth: int
     why: str | Callable[[], str]  # built only when someone reads it: most refusals never are
+    check: bool = False  # a rule's check refused a complete match
 
     @property
     def reason(self) -> str:
@@ -177,8 +178,14 @@ class Matcher:
                         shared=state.shared)
 
     def refuse(self, match: Match, reason: str) -> None:
-        """A check's refusal of a complete match counts as the deepest failure there is."""
-        self._refuse(len(match.nodes) + 1, lambda: f"check: {reason}")
+        """A check's refusal of a complete match counts as the deepest failure there is: deeper than
+        any alternative that failed on the way, even one that walked more ops before failing than
+        the complete match has (a Var binding the value another alternative walked into: BLOOM's
+        keys as a 4-D value vs a cache Concat of a head split). The first check's refusal stands."""
+        if self.refusal is not None and self.refusal.check:
+            return
+        depth = max(len(match.nodes), self.refusal.depth if self.refusal is not None else 0) + 1
+        self.refusal = Refusal(depth, lambda: f"check: {reason}", check=True)
 
     # -------------------------------------------------------------- internals
 
