@@ -6,7 +6,9 @@ disappears with dead-code elimination when nothing else reads it, and nothing is
 
 1. ``Transpose(Transpose(x, p1), p2)`` → ``Transpose(x, q)`` with ``q[i] = p1[p2[i]]``; removed
    entirely when ``q`` is the identity. A missing perm (reversed) needs the other perm or x's rank.
-2. ``Reshape(Reshape(x, s1), s2)`` and ``Reshape(Flatten(x), s2)`` → ``Reshape(x, s2')``. Only the
+2. ``Reshape(Reshape(x, s1), s2)``, ``Reshape(Flatten(x), s2)`` and ``Reshape(Unsqueeze/Squeeze(x), s2)``
+   → ``Reshape(x, s2')`` (none of them moves an element; tf2onnx's Conv1D wraps each Conv in
+   Reshape → Unsqueeze → Reshape). Only the
    intermediate shape is skipped, so ``s2`` must be constant; a ``0`` entry (copy a dim, when
    ``allowzero=0``) refers to the intermediate tensor and is resolved from a positive ``s1`` entry,
    kept when ``s1`` itself copied the same dim, or taken from a static intermediate shape —
@@ -16,11 +18,17 @@ disappears with dead-code elimination when nothing else reads it, and nothing is
    not 0.
 4. ``Unsqueeze(Unsqueeze(x, a1), a2)`` and ``Squeeze(Squeeze(x, a1), a2)`` → one op with the
    combined axes (expressed in the second op's form: attribute before opset 13, input after).
-   Negative axes need x's rank; a Squeeze without axes refuses.
+   Negative axes need x's rank; a Squeeze without axes refuses. ``Unsqueeze(Reshape(x, s), a)`` and
+   ``Squeeze(Reshape(x, s), a)`` → ``Reshape(x, s')`` with the 1s inserted into / taken out of a
+   constant ``s`` (tf2onnx's Concat of per-branch ``ExpandDims``); refused when ``s`` has a 0 (a
+   copied dim would move) or a squeezed entry of ``s`` is not 1.
 5. ``Slice(Slice(x, s1, e1, a1, p1), s2, e2, a2, p2)`` on disjoint axes → one Slice with the
    concatenated starts/ends/axes/steps (slicing one axis does not move another's indices). All
    four inputs must be constant (opset ≥ 10); a shared axis, or a negative axis with x's rank
    unknown, refuses. (The STFT of torch exports slices channels, then every other frame.)
+6. ``Concat(a, Concat(b, c, axis=k), d, axis=k)`` → ``Concat(a, b, c, d, axis=k)`` when the inner
+   Concat is read by the outer one alone and not a graph output (tf2onnx chains binary Concats).
+   Axes that differ, or a negative axis with the rank unknown, refuse.
 """
 
 from __future__ import annotations
@@ -86,11 +94,11 @@ def _intermediate_dims(graph: Graph, first: Node) -> tuple[list[int | None], lis
 
 
 def merge_reshapes(graph: Graph, node: Node, ctx: PassContext) -> bool:
-    """Reshape(Reshape(x, s1) or Flatten(x), s2) → Reshape(x, s2')."""
+    """Reshape(Reshape(x, s1), Flatten(x), Unsqueeze(x) or Squeeze(x), s2) → Reshape(x, s2')."""
     inputs = node.inputs
     if len(inputs) < 2:
         return False
-    first = _standard_producer(graph, inputs[0], ("Reshape", "Flatten"))
+    first = _standard_producer(graph, inputs[0], ("Reshape", "Flatten", "Unsqueeze", "Squeeze"))
     if first is None or (first.op_type == "Reshape" and len(first.inputs) < 2):
         return False
     s2 = _int_list(graph, inputs[1])
@@ -202,6 +210,38 @@ def merge_axes_ops(graph: Graph, node: Node, ctx: PassContext) -> bool:
     return True
 
 
+def reshape_then_axes(graph: Graph, node: Node, ctx: PassContext) -> bool:
+    """Unsqueeze/Squeeze(Reshape(x, s), axes) → Reshape(x, s') with the 1s put in or taken out."""
+    first = _standard_producer(graph, node.inputs[0], ("Reshape",))
+    if first is None or len(first.inputs) < 2:
+        return False
+    target, axes = _int_list(graph, first.inputs[1]), axes_of(graph, node)
+    if target is None or not axes or 0 in target:
+        return False
+    rank = len(target) + len(axes) if node.op_type == "Unsqueeze" else len(target)
+    axes = normalize_axes(axes, rank)
+    if axes is None or len(set(axes)) != len(axes) or not all(0 <= a < rank for a in axes):
+        return False
+    if node.op_type == "Unsqueeze":
+        rest = iter(target)
+        new = [1 if i in axes else next(rest) for i in range(rank)]
+    else:
+        if any(target[a] != 1 for a in axes):
+            return False
+        new = [t for i, t in enumerate(target) if i not in axes]
+    x, out, name = first.inputs[0], node.outputs[0], node.name
+    shape = add_constant(graph, np.array(new, np.int64), f"{name or 'reshape'}_shape", ctx)
+    if shape is None:
+        return False
+    graph.remove_nodes([node])
+    graph.add_node("Reshape", [x, shape], [out], name=name, near=first)
+    return True
+
+
+def merge_axes_or_reshape(graph: Graph, node: Node, ctx: PassContext) -> bool:
+    return merge_axes_ops(graph, node, ctx) or reshape_then_axes(graph, node, ctx)
+
+
 def _slice_parts(graph: Graph, node: Node) -> tuple[list[int], list[int], list[int], list[int]] | None:
     """Constant (starts, ends, axes, steps) of an opset ≥ 10 Slice; None when any is not constant."""
     inputs = node.inputs + [""] * (5 - len(node.inputs))
@@ -239,19 +279,38 @@ def merge_slices(graph: Graph, node: Node, ctx: PassContext) -> bool:
     return True
 
 
+def flatten_concats(graph: Graph, node: Node, ctx: PassContext) -> bool:
+    """Concat(..., Concat(b, c, axis=k), ..., axis=k) → one Concat when the inner one has no other reader."""
+    rank = next((r for r in (rank_of(graph, v) for v in node.inputs if v) if r is not None), None)
+    axis = normalize_axes([node.attr("axis", 0)], rank)
+    inputs, merged = [], False
+    for value in node.inputs:
+        inner = _standard_producer(graph, value, ("Concat",))
+        if inner is not None and not graph.is_output(value) and len(graph.uses(value)) == 1 and axis is not None \
+                and normalize_axes([inner.attr("axis", 0)], rank) == axis:
+            inputs.extend(inner.inputs)
+            merged = True
+        else:
+            inputs.append(value)
+    if merged:
+        graph.set_inputs(node, inputs)
+    return merged
+
+
 RULES = {
     "Transpose": merge_transposes,
     "Reshape": merge_reshapes,
     "Flatten": flatten_to_reshape,
-    "Unsqueeze": merge_axes_ops,
-    "Squeeze": merge_axes_ops,
+    "Unsqueeze": merge_axes_or_reshape,
+    "Squeeze": merge_axes_or_reshape,
     "Slice": merge_slices,
+    "Concat": flatten_concats,
 }
 
 
 @register(level=1, priority=40)
 class MergeChains(Pass):
-    """Merge consecutive Transpose/Reshape/Flatten/Squeeze/Unsqueeze/Slice pairs into one op."""
+    """Merge consecutive Transpose/Reshape/Flatten/Squeeze/Unsqueeze/Slice/Concat pairs into one op."""
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         stats: dict[str, int] = {}

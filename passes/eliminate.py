@@ -10,7 +10,9 @@
    dtypes are known and equal. An unknown dtype refuses.
 4. ``Reshape(x, s)`` to the shape ``x`` already has: ``s`` is ``Shape(x)``, or ``s`` is a constant
    whose every entry keeps its dim (equal static value, ``0`` meaning copy when ``allowzero=0``, at
-   most one ``-1`` with every other dim kept). A dynamic ``s`` or an unknown rank refuses.
+   most one ``-1`` with every other dim kept). x's shape is the declared one, else what shape
+   inference proves (its rank and static dims: a 0 or -1 entry never compares a symbolic dim, so
+   inference's made-up symbols are not trusted). A dynamic ``s`` or an unknown rank refuses.
 5. ``Expand(x, s)`` with a constant ``s`` that broadcasting does not change (every entry 1 or the
    equal static dim, rank not above x's).
 6. ``Transpose(x, perm)`` with the identity perm (no perm means reversed: identity at rank ≤ 1).
@@ -192,7 +194,7 @@ def _cast_like(graph: Graph, node: Node, opset: int) -> str | None:
     return x if known is not None and known == infer_dtype(graph, target) else None
 
 
-def _reshape(graph: Graph, node: Node, opset: int) -> str | None:
+def _reshape(graph: Graph, node: Node, opset: int, shapes=None) -> str | None:
     inputs = node.inputs
     if len(inputs) < 2 or not inputs[1]:
         return None  # Reshape-1 (shape attribute) is not handled
@@ -209,6 +211,8 @@ def _reshape(graph: Graph, node: Node, opset: int) -> str | None:
         return x
     target = graph.const(s)
     shape = graph.declared_shape(x)
+    if shape is None and target is not None and shapes is not None:
+        shape = shapes.shape(x)  # tf2onnx's Reshape(x, [-1, 1, 172, 264]) of a [N, 1, 172, 264] x
     if target is None or shape is None:
         return None
     target = [int(t) for t in np.asarray(target).reshape(-1)]
@@ -235,6 +239,8 @@ def _expand(graph: Graph, node: Node, opset: int) -> str | None:
     x, s = node.inputs[0], node.inputs[1]
     target = graph.const(s)
     shape = graph.declared_shape(x)
+    if shape is None and target is not None and shapes is not None:
+        shape = shapes.shape(x)  # tf2onnx's Reshape(x, [-1, 1, 172, 264]) of a [N, 1, 172, 264] x
     if target is None or shape is None:
         return None
     target = [int(t) for t in np.asarray(target).reshape(-1)]
@@ -404,9 +410,12 @@ class EliminateNoOps(Pass):
     """Remove ops that return their input unchanged: Identity, inference Dropout, same-type Cast, x*1..."""
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        from graphtool.passes._ort_common import Shapes
+
         opset = graph_opset(graph, ctx)
         stats: dict[str, int] = {}
         kept = 0
+        shapes = Shapes(graph, ctx)  # asked only where a Reshape's input has no declared shape
         for op_type, handler in CASES.items():
             for node in graph.nodes(op_type):
                 if node.domain not in STANDARD_DOMAINS or not graph.has_node(node):
@@ -414,7 +423,7 @@ class EliminateNoOps(Pass):
                 outputs = node.outputs
                 if not outputs or any(not output_is_free(graph, o) for o in outputs[1:]):
                     continue
-                src = handler(graph, node, opset)
+                src = _reshape(graph, node, opset, shapes) if handler is _reshape else handler(graph, node, opset)
                 if not src or src == outputs[0]:
                     continue
                 if forward(graph, node, [(src, outputs[0])]):

@@ -16,11 +16,15 @@ model into float or into QLinear ops (``--target ort`` level 2 does that, passes
 * ``qdq-drop-around`` — ``DQ → op → Q`` with equal per-tensor parameters on both sides, for ops
   that only move or select elements (Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Gather,
   GatherElements, Slice, Expand, Tile, Concat — every data input from such a DQ —; MaxPool,
-  ReduceMax, ReduceMin with a positive scale, which keeps order): the op runs on the integers, as
-  onnxruntime's QDQ "drop" rules do. Refused: per-channel parameters (the op may move the axis),
+  ReduceMax, ReduceMin with a positive scale, which keeps order; Resize in ``nearest`` mode, which
+  only picks elements — ``linear``/``cubic`` interpolate, and on integers would round differently):
+  the op runs on the integers, as onnxruntime's QDQ "drop" rules do. ``DQ → Split → Q`` on every
+  output, all with the split input's parameters, is a Split of the integers (onnxruntime's
+  ``dropSplitQDQ``). Refused: per-channel parameters (the op may move the axis),
   different parameters (a requantization), the op's float output read by anything besides the Q
-  or a graph output, an int op the opset does not type (MaxPool/ReduceMax/ReduceMin below 12), an
-  input of unknown quantized type. The DQ stays while something else reads it.
+  or a graph output, an int op the opset does not type (MaxPool/ReduceMax/ReduceMin below 12, Resize
+  below 10), an input of unknown quantized type; a Split output read by anything but its one Q. The
+  DQ stays while something else reads it.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from graphtool.passes._qdq_parts import TYPE_RANGE, QParams, is_dq, is_q, qparam
 MOVE_OPS = frozenset({"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Gather", "GatherElements", "Slice",
                       "Expand", "Tile", "Concat"})
 ORDER_OPS = frozenset({"MaxPool", "ReduceMax", "ReduceMin"})  # exact for a positive scale only
+SELECT_OPS = frozenset({"Resize"})  # exact in nearest mode only (select_ok)
 STEP_MARGIN = 0.01  # of a quantization step: float rounding room for the Clip bounds
 
 
@@ -148,7 +153,9 @@ class QdqDropAround(Pass):
             if not graph.has_node(q) or not is_q(q):
                 continue
             op = graph.producer(q.inputs[0])
-            if op is None or op.domain not in ("", "ai.onnx") or op.op_type not in MOVE_OPS | ORDER_OPS:
+            if op is None or op.domain not in ("", "ai.onnx") or op.op_type not in MOVE_OPS | ORDER_OPS | SELECT_OPS:
+                continue
+            if op.op_type in SELECT_OPS and not select_ok(op, opset):
                 continue
             if len(op.outputs) != 1 or graph.is_output(op.outputs[0]) or len(graph.uses(op.outputs[0])) != 1:
                 continue
@@ -171,7 +178,47 @@ class QdqDropAround(Pass):
             for dq in dict.fromkeys(dqs):
                 _drop_unused(graph, dq)
             dropped += 1
+        for split in graph.nodes("Split"):
+            if graph.has_node(split) and _drop_around_split(graph, split, ctx):
+                dropped += 1
         return PassResult(changed=dropped > 0, stats={"dropped": dropped})
+
+
+def select_ok(node: Node, opset: int) -> bool:
+    """Resize that only picks input elements (nearest mode, the default) at an opset typing it for 8-bit ints."""
+    mode = node.attr("mode", "nearest")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    return opset >= 10 and mode == "nearest"
+
+
+def _drop_around_split(graph: Graph, split: Node, ctx: PassContext) -> bool:
+    """DQ → Split → Q on every output, all with DQ's per-tensor parameters → Split of the integers."""
+    if not _std(split, "Split"):
+        return False
+    dq = graph.producer(split.inputs[0])
+    if not is_dq(dq):
+        return False
+    shapes = ctx_shapes(graph, ctx)
+    p = qparams(graph, dq, shapes)
+    if p is None or not p.per_tensor:
+        return False
+    qs = []
+    for out in split.outputs:
+        if not out:
+            return False
+        uses = graph.uses(out)
+        q = uses[0][0] if len(uses) == 1 and uses[0][1] == 0 else None
+        if graph.is_output(out) or not is_q(q):
+            return False
+        qp = qparams(graph, q, shapes)
+        if qp is None or not qp.per_tensor or not qp.same(p):
+            return False
+        qs.append(q)
+    graph.set_input(split, 0, dq.inputs[0])
+    for out, q in zip(split.outputs, qs):
+        _keep_name_replace(graph, out, q)
+    _drop_unused(graph, dq)
+    return True
 
 
 def ctx_shapes(graph: Graph, ctx: PassContext):

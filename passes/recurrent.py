@@ -4,6 +4,10 @@ torch exports ``nn.LSTM(x)`` (no state given) with ``initial_h = ConstantOfShape
 Unsqueeze(Gather(Shape(x), 1)), hidden), value=0)``: five ops that compute zeros of the state's
 shape at run time, once per call. ONNX defines an omitted ``initial_h``/``initial_c`` as zeros,
 so the inputs can be dropped and the shape arithmetic dies with them (onnxsim folds the same).
+tf2onnx builds the same zeros as ``Concat(Unsqueeze(Expand(0, shape)), ...)`` (one per direction):
+zeros seen through ops that only move, repeat or convert elements (Expand's and Tile's data
+input, Unsqueeze, Squeeze, Reshape, Flatten, Transpose, Identity, Cast, every Concat input) are
+zeros too.
 
 Refusals: the state is not provably all zeros (a ConstantOfShape whose ``value`` is not 0, a
 constant with a non-zero element, anything computed); the op is not a standard-domain
@@ -21,12 +25,22 @@ from graphtool.passes._fuse_common import is_op
 STATE_SLOTS = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
 
 
-def is_zeros(graph: Graph, value: str) -> bool:
-    """True when ``value`` is provably all zeros: a zero constant or a ConstantOfShape of 0."""
+KEEP_ZEROS = ("Expand", "Tile", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Transpose", "Identity", "Cast")
+MAX_DEPTH = 8  # a bound keeps the walk short on any graph
+
+
+def is_zeros(graph: Graph, value: str, depth: int = 0) -> bool:
+    """True when ``value`` is provably all zeros: a zero constant, a ConstantOfShape of 0, or
+    zeros moved, repeated, converted or concatenated (KEEP_ZEROS, Concat)."""
     array = graph.const(value)
     if array is not None:
         return array.dtype.kind in "fiub" and not np.any(array)
     node = graph.producer(value)
+    if depth < MAX_DEPTH and node is not None and node.domain in ("", "ai.onnx"):
+        if node.op_type in KEEP_ZEROS:
+            return bool(node.inputs and node.inputs[0]) and is_zeros(graph, node.inputs[0], depth + 1)
+        if node.op_type == "Concat":
+            return all(v and is_zeros(graph, v, depth + 1) for v in node.inputs)
     if not is_op(node, "ConstantOfShape"):
         return False
     fill = node.attr("value")

@@ -91,6 +91,24 @@ def test_reshape_after_flatten_and_flatten_after_reshape():
     np.testing.assert_array_equal(out.graph.const(node.inputs[1]), [6, -1])
 
 
+def test_reshape_after_unsqueeze_and_squeeze_skips_them():
+    """tf2onnx's Conv1D: Reshape → Unsqueeze → Reshape (basic-pitch has 37 of them)."""
+    m = model([helper.make_node("Reshape", ["x", "s1"], ["r"]), helper.make_node("Unsqueeze", ["r", "ax"], ["u"]),
+               helper.make_node("Reshape", ["u", "s2"], ["a"]),
+               helper.make_node("Squeeze", ["x", "ax0"], ["q"]), helper.make_node("Reshape", ["q", "s3"], ["b"])],
+              [vi("x", [1, 6, 4])], [vi("a", [2, 1, 1, 12]), vi("b", [6, 2, 2])],
+              [const("s1", np.array([-1, 12, 1], np.int64)), const("ax", np.array([-3], np.int64)),
+               const("s2", np.array([-1, 1, 1, 12], np.int64)), const("ax0", np.array([0], np.int64)),
+               const("s3", np.array([0, 2, -1], np.int64))], opset=13)
+    out, _ = run(m)  # b's 0 copies a dim of the Squeeze's output: unknown without shapes, so that pair stays
+    assert ops(out.graph) == ["Reshape", "Squeeze", "Reshape"] and out.graph.producer("a").inputs[0] == "x"
+    out, _ = optimize(m, passes=["infer-shapes", *WITH_DCE])[:2]
+    assert ops(out.graph) == ["Reshape", "Reshape"]
+    assert out.graph.producer("a").inputs[0] == "x" and out.graph.producer("b").inputs[0] == "x"
+    np.testing.assert_array_equal(out.graph.const(out.graph.producer("b").inputs[1]), [6, 2, -1])  # 0: q's dim 0
+    assert verify(m, out, feeds={"x": np.arange(24, dtype=np.float32).reshape(1, 6, 4)}).ok
+
+
 def test_reshape_pair_with_dynamic_or_unresolvable_shape_is_kept():
     m = model([helper.make_node("Reshape", ["x", "s1"], ["r"]), helper.make_node("Reshape", ["r", "dyn"], ["a"]),
                helper.make_node("Reshape", ["x", "s1"], ["r2"]), helper.make_node("Reshape", ["r2", "s0"], ["b"])],
@@ -202,3 +220,31 @@ def test_slices_on_the_same_axis_stay():
     m = model([n1, n2], [vi("x", [8, 3])], [vi("b", [3, 3])], i1 + i2)
     out, report = run(m)
     assert ops(out) == ["Slice", "Slice"] and report.passes[PASS].changed_runs == 0
+
+
+def test_unsqueeze_or_squeeze_after_a_constant_reshape_becomes_one_reshape():
+    """tf2onnx: Reshape → ExpandDims (Unsqueeze) before a Concat; a 0 in the target refuses."""
+    m = model([helper.make_node("Reshape", ["x", "s"], ["r"]), helper.make_node("Unsqueeze", ["r", "ax"], ["a"]),
+               helper.make_node("Reshape", ["x", "s1"], ["r1"]), helper.make_node("Squeeze", ["r1", "ax1"], ["b"]),
+               helper.make_node("Reshape", ["x", "s0"], ["r0"]), helper.make_node("Unsqueeze", ["r0", "ax"], ["c"])],
+              [vi("x", [2, 3, 4])], [vi("a", [2, 12, 1]), vi("b", [6, 4]), vi("c", [2, 12, 1])],
+              [const("s", np.array([-1, 12], np.int64)), const("ax", np.array([-1], np.int64)),
+               const("s1", np.array([6, 1, -1], np.int64)), const("ax1", np.array([1], np.int64)),
+               const("s0", np.array([0, -1], np.int64))], opset=13)
+    out, _ = run(m)
+    assert ops(out.graph) == ["Reshape", "Reshape", "Reshape", "Unsqueeze"]
+    np.testing.assert_array_equal(out.graph.const(out.graph.producer("a").inputs[1]), [-1, 12, 1])
+    np.testing.assert_array_equal(out.graph.const(out.graph.producer("b").inputs[1]), [6, -1])
+    assert out.graph.producer("c").op_type == "Unsqueeze"
+    assert verify(m, out, feeds={"x": np.arange(24, dtype=np.float32).reshape(2, 3, 4)}).ok
+
+
+def test_nested_concats_on_one_axis_become_one():
+    m = model([helper.make_node("Concat", ["x", "x"], ["c1"], axis=2), helper.make_node("Concat", ["c1", "x"], ["c2"], axis=-1),
+               helper.make_node("Concat", ["x", "c2"], ["y"], axis=2),
+               helper.make_node("Concat", ["x", "x"], ["d1"], axis=1), helper.make_node("Concat", ["d1", "d1"], ["z"], axis=1)],
+              [vi("x", [2, 3, 4])], [vi("y", [2, 3, 16]), vi("z", [2, 12, 4])])
+    out, _ = run(m)
+    assert ops(out.graph) == ["Concat", "Concat", "Concat"]  # d1 has two readers (z reads it twice): kept
+    assert out.graph.producer("y").inputs == ["x", "x", "x", "x"]
+    assert verify(m, out, feeds={"x": np.arange(24, dtype=np.float32).reshape(2, 3, 4)}).ok

@@ -209,6 +209,42 @@ def test_drop_around_maxpool_refused_below_opset_12():
     assert report.passes["qdq-drop-around"].stats["dropped"] == 0
 
 
+def test_drop_around_resize_only_in_nearest_mode():
+    scales = const("scales", np.array([1, 1, 2, 2], np.float32))
+    for mode, dropped in (("nearest", 1), ("linear", 0)):
+        m = _unit([helper.make_node("Resize", ["xf", "", "scales"], ["r"], mode=mode)], "r", 0.05, 128, [scales])
+        out, report, _ = optimize(m, passes=["qdq-drop-around"])
+        assert report.passes["qdq-drop-around"].stats["dropped"] == dropped, mode
+        _check_same(m, out)
+    m = _unit([helper.make_node("Resize", ["xf", "", "scales"], ["r"])], "r", 0.05, 128, [scales])  # mode defaults to nearest
+    out, _, _ = optimize(m, passes=["qdq-drop-around"])
+    assert [n.op_type for n in to_onnx(out).graph.node] == ["QuantizeLinear", "Resize", "DequantizeLinear"]
+
+
+def _split_unit(q_params):
+    """x → Q → DQ → Split (2 outputs, YOLOv8's C2f) → Q(q_params[i]) → DQ → Concat → y."""
+    nodes = [_qdq("q0", "x", "s", "z", "xq"), _qdq("dq0", "xq", "s", "z", "xf", q=False),
+             helper.make_node("Split", ["xf", "sizes"], ["a", "b"], axis=1)]
+    inits = [const("s", np.float32(0.05)), const("z", np.uint8(128)), const("sizes", np.array([2, 2], np.int64))]
+    for i, (scale, zero) in enumerate(q_params):
+        nodes += [_qdq(f"qa{i}", "ab"[i], f"s{i}", f"z{i}", f"q{i}"), _qdq(f"dqa{i}", f"q{i}", f"s{i}", f"z{i}", f"f{i}", q=False)]
+        inits += [const(f"s{i}", np.float32(scale)), const(f"z{i}", np.uint8(zero))]
+    nodes.append(helper.make_node("Concat", ["f0", "f1"], ["y"], axis=1))
+    return io.load_proto(make_proto(nodes, [vi("x", [1, 4, 6, 6])], [vi("y", None)], inits, opset=13, check=False))
+
+
+def test_drop_around_split_when_every_output_is_quantized_alike():
+    m = _split_unit([(0.05, 128), (0.05, 128)])
+    out, report, _ = optimize(m, passes=["qdq-drop-around"])
+    assert report.passes["qdq-drop-around"].stats["dropped"] == 1
+    ops = _ops(out)
+    assert ops["QuantizeLinear"] == 1 and ops["DequantizeLinear"] == 2 and ops["Split"] == 1
+    _check_same(m, out)
+    m = _split_unit([(0.05, 128), (0.1, 128)])  # one output requantizes: onnxruntime keeps the unit too
+    out, report, _ = optimize(m, passes=["qdq-drop-around"])
+    assert report.passes["qdq-drop-around"].stats["dropped"] == 0
+
+
 def test_relu_before_q_dropped_only_when_zero_point_is_the_floor():
     relu = [helper.make_node("Relu", ["xf"], ["r"])]
     m = _unit(relu, "r", 0.05, 0)

@@ -78,3 +78,42 @@ def test_tf2onnx_int32_target_with_a_sliced_shape_entry():
     out, report = run(m)
     assert ops(out) == ["Reshape"] and report.passes["reshape-infer-dim"].stats == {"rewritten": 1}
     assert out.graph.const(out.graph.producer("y").inputs[1]).tolist() == [-1, 16, 2]
+
+
+def _tf2onnx_lstm(fill: float):
+    """tf2onnx's Keras LSTM: initial_h = initial_c = Concat(Unsqueeze(Expand(fill, [B, H]))) per direction
+    (Shape → Cast → Slice → Concat → Cast for the target shape), a bidirectional LSTM reading it."""
+    rng = np.random.default_rng(1)
+    nodes = [
+        helper.make_node("Shape", ["x"], ["sx"]),
+        helper.make_node("Cast", ["sx"], ["sx32"], to=TensorProto.INT32),
+        helper.make_node("Slice", ["sx32", "one1", "two1", "zero_axis"], ["b"]),
+        helper.make_node("Concat", ["b", "h32"], ["target32"], axis=0),
+        helper.make_node("Cast", ["target32"], ["target"], to=TensorProto.INT64),
+        helper.make_node("Expand", ["fill", "target"], ["zeros"]),
+        helper.make_node("Unsqueeze", ["zeros", "zero_axis"], ["z1"]),
+        helper.make_node("Concat", ["z1", "z1"], ["h0"], axis=0),
+        helper.make_node("LSTM", ["x", "w", "r", "", "", "h0", "h0"], ["y"], hidden_size=H, direction="bidirectional"),
+    ]
+    inits = [const("one1", np.array([1], np.int64)), const("two1", np.array([2], np.int64)),
+             const("zero_axis", np.array([0], np.int64)), const("h32", np.array([H], np.int32)),
+             const("fill", np.array(fill, np.float32)),
+             const("w", rng.standard_normal((2, 4 * H, 3)).astype(np.float32)),
+             const("r", rng.standard_normal((2, 4 * H, H)).astype(np.float32))]
+    return model(nodes, [vi("x", ["T", "B", 3])], [vi("y", ["T", 2, "B", H])], inits)
+
+
+def test_tf2onnx_expanded_zero_state_dropped_with_its_shape_arithmetic():
+    import onnxruntime as ort
+
+    from graphtool.ir.to_onnx import to_onnx
+
+    original = _tf2onnx_lstm(0.0)
+    out, report = run(original)
+    assert ops(out) == ["LSTM"] and report.passes["drop-zero-recurrent-state"].stats == {"dropped": 2}
+    x = np.random.default_rng(2).standard_normal((5, 3, 3)).astype(np.float32)
+    a, b = (ort.InferenceSession(to_onnx(m).SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+            for m in (_tf2onnx_lstm(0.0), out))
+    assert np.array_equal(a, b)
+    out, report = run(_tf2onnx_lstm(0.5))  # Expand of a non-zero fill: the state matters
+    assert "Expand" in ops(out) and report.passes["drop-zero-recurrent-state"].changed_runs == 0
