@@ -11,7 +11,9 @@ shared machine) give a ratio contender/original-under-all (< 1 is faster); the t
 median ratio over ``--rounds`` rounds and its range, so a reader sees the spread, not one draw.
 ``--sessions N`` opens N sessions per contender and runs them in turn (two sessions of one file can
 differ by 10-50 % for a whole run). ``--extra`` adds two contenders to the same interleaved run: graphtool L2 ort without the
-channels-last pass (``--skip ort-qdq-nhwc``) under ORT basic, and the original under ORT extended.
+channels-last pass (``--skip ort-qdq-nhwc``) under ORT basic, and the original under ORT extended. ``--nhwc``
+adds graphtool L2 ort with the channels-last pass's dense-kernel gate off (the entry Transpose taken
+whenever it is the only node the layout adds) under ORT basic: what the gate's refusals cost.
 Default rows: the corpus's QDQ CNNs but BERT and the light_* models (IR < 4: their initializers are
 also graph inputs, which one random feed does not cover).
 """
@@ -48,8 +50,15 @@ def _session(path: str, level: str):
     return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
 
-def _optimized(path: str, out: str, skip: tuple[str, ...] = ()) -> tuple[int, int]:
-    model, report, _ = optimize(io.load(path), level=2, target="ort", skip=skip, in_place=True)
+def _optimized(path: str, out: str, skip: tuple[str, ...] = (), nhwc: bool = False) -> tuple[int, int]:
+    from graphtool.passes import ort_qdq_layout
+
+    gate = ort_qdq_layout.DENSE_SHARE
+    ort_qdq_layout.DENSE_SHARE = 0.0 if nhwc else gate
+    try:
+        model, report, _ = optimize(io.load(path), level=2, target="ort", skip=skip, in_place=True)
+    finally:
+        ort_qdq_layout.DENSE_SHARE = gate
     io.save(model, out)
     return report.nodes_before, report.nodes_after
 
@@ -58,7 +67,10 @@ def _feed(sess) -> dict:
     rng = np.random.default_rng(0)
     inp = sess.get_inputs()[0]
     shape = [d if isinstance(d, int) and d > 0 else 1 for d in inp.shape]
-    if len(shape) == 4 and shape[1] == 3 and shape[2] == 1:  # dynamic H, W (PP-OCR's classifier): its own size
+    dynamic = [not (isinstance(d, int) and d > 0) for d in inp.shape]
+    if len(shape) == 4 and shape[1] == 3 and dynamic[2] and dynamic[3] and inp.name == "images":
+        shape[2:] = [320, 320]  # a YOLO export's image (NudeNet's detector: 320)
+    elif len(shape) == 4 and shape[1] == 3 and shape[2] == 1:  # dynamic H, W (PP-OCR's classifier): its own size
         shape[2:] = [48, 192]
     return {inp.name: rng.standard_normal(shape).astype(np.float32)}
 
@@ -84,7 +96,8 @@ class _Sessions:
         return self.sessions[0].get_inputs()
 
 
-def measure(name: str, path: str, runs: int, rounds: int, tmp: str, extra: bool, sessions: int = 1) -> dict:
+def measure(name: str, path: str, runs: int, rounds: int, tmp: str, extra: bool, sessions: int = 1,
+            nhwc: bool = False) -> dict:
     gt = os.path.join(tmp, name + ".gt.onnx")
     nodes = _optimized(path, gt)
     contenders = {"orig@all": _Sessions(path, "all", sessions), "gt@basic": _Sessions(gt, "basic", sessions)}
@@ -93,6 +106,10 @@ def measure(name: str, path: str, runs: int, rounds: int, tmp: str, extra: bool,
         nodes_nchw = _optimized(path, plain, skip=("ort-qdq-nhwc",))
         contenders["gt-nchw@basic"] = _Sessions(plain, "basic", sessions)
         contenders["orig@extended"] = _Sessions(path, "extended", sessions)
+    if nhwc:
+        forced = os.path.join(tmp, name + ".gt-nhwc.onnx")
+        nodes_nhwc = _optimized(path, forced, nhwc=True)
+        contenders["gt-nhwc@basic"] = _Sessions(forced, "basic", sessions)
     feed = _feed(contenders["orig@all"])
     ref = contenders["orig@all"].run(None, feed)
     diffs = {k: _max_abs(ref, s.run(None, feed)) for k, s in contenders.items()}
@@ -123,6 +140,8 @@ def measure(name: str, path: str, runs: int, rounds: int, tmp: str, extra: bool,
     result = {"model": name, "nodes": list(nodes), "max_abs": diffs, "ms": ms, "ratios": ratios}
     if extra:
         result["nodes_nchw"] = nodes_nchw[1]
+    if nhwc:
+        result["nodes_nhwc"] = nodes_nhwc[1]
     return result
 
 
@@ -137,6 +156,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--extra", action="store_true")
+    ap.add_argument("--nhwc", action="store_true", help="add graphtool L2 ort with the dense-kernel gate off")
     ap.add_argument("--sessions", type=int, default=1, help="sessions per contender, run in turn")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -148,13 +168,15 @@ def main() -> None:
     head = "| model | nodes before → gt L2 ort | orig ORT all ms | gt L2 ort under ORT basic ms | wall ratio | cpu ratio | max abs |"
     if args.extra:
         head += " gt nchw nodes | gt nchw basic wall ratio | orig ORT extended wall ratio |"
+    if args.nhwc:
+        head += " gt nhwc nodes | gt nhwc basic wall ratio |"
     print(head)
     print("|---" * (head.count("|") - 1) + "|")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             r = measure(name, os.path.join(args.dir, name + ".onnx"), args.runs, args.rounds, tmp, args.extra,
-                        args.sessions)
+                        args.sessions, args.nhwc)
             rows.append(r)
             g = r["ratios"]["gt@basic"]
             line = (f"| {name} | {r['nodes'][0]} → {r['nodes'][1]} | {statistics.median(r['ms']['orig@all']):.2f} | "
@@ -163,6 +185,8 @@ def main() -> None:
             if args.extra:
                 line += (f" {r['nodes_nchw']} | {_spread(r['ratios']['gt-nchw@basic']['wall'])} | "
                          f"{_spread(r['ratios']['orig@extended']['wall'])} |")
+            if args.nhwc:
+                line += f" {r['nodes_nhwc']} | {_spread(r['ratios']['gt-nhwc@basic']['wall'])} |"
             print(line, flush=True)
     if args.json:
         with open(args.json, "w") as handle:

@@ -18,7 +18,9 @@ runs its transpose optimizer for the same reason.
    known axes: axes map through p; with keepdims=0 q drops the reduced axes (often the identity);
 4. Concat (every input a same-perm Transpose read only by it): axis = p[axis]; Split: axis =
    p[axis], its sizes unchanged, a Transpose below each part; Slice with constant axes (or none:
-   all axes in order) and Pad with constant pads: axes / pads map through p.
+   all axes in order) and Pad with constant pads: axes / pads map through p. com.microsoft
+   QLinearConcat likewise (every data input a same-perm Transpose, its scales and zero points
+   one-element constants): a quantized SqueezeNet's or GoogLeNet's branches meet in one.
 
 A Transpose moves only when it *pays*: a walk down its chain of sole readers (a step at a time,
 the same rules) reaches another Transpose or an op where q becomes the identity — so a Transpose
@@ -120,6 +122,14 @@ def step(graph: Graph, node: Node, p: list[int], sources: set[str], opset: int) 
         return _Step(p, axis=p[axis[0]]) if axis else None
     if len(node.outputs) != 1:
         return None
+    if kind == "QLinearConcat" and node.domain == "com.microsoft":
+        data_slots = range(2, len(node.inputs), 3)
+        params = [v for i, v in enumerate(node.inputs) if i not in data_slots]
+        if not all(node.inputs[i] in sources for i in data_slots) or any(
+                v in sources or (c := graph.const(v)) is None or c.size != 1 for v in params if v):
+            return None
+        axis = _norm([int(node.attr("axis"))], n)
+        return _Step(p, axis=p[axis[0]]) if axis else None
     data = _elementwise(node)
     if node.domain == "com.microsoft" and data is not None:
         for slot, value in enumerate(node.inputs):

@@ -119,6 +119,29 @@ def quantized_cnn(folder: str, per_channel: bool = False, activations: str = "ui
     return dst
 
 
+def dynamic_mlp(folder: str, seed: int = 0) -> str:
+    """x[2, 5, 16] → MatMul+bias → Relu → two projections sharing one input (one with the bias first, as
+    torch exports it; one without), through ``onnxruntime.quantization.quantize_dynamic`` (int8 weights)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    w = _weights(seed)
+    n = helper.make_node
+    nodes = [n("MatMul", ["x", "w1"], ["m1"]), n("Add", ["m1", "b1"], ["a1"]), n("Relu", ["a1"], ["h"]),
+             n("MatMul", ["h", "w2"], ["m2"]), n("Add", ["b2", "m2"], ["y1"]), n("MatMul", ["h", "w3"], ["y2"])]
+    inits = [w("w1", 16, 32), w("b1", 32), w("w2", 32, 8), w("b2", 8), w("w3", 32, 8)]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 16])],
+                              [helper.make_tensor_value_info("y1", TensorProto.FLOAT, [2, 5, 8]),
+                               helper.make_tensor_value_info("y2", TensorProto.FLOAT, [2, 5, 8])], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    proto.ir_version = 8
+    onnx.checker.check_model(proto, full_check=True)
+    src, dst = os.path.join(folder, "float_mlp.onnx"), os.path.join(folder, "dynamic_mlp.onnx")
+    onnx.save(proto, src)
+    if not os.path.exists(dst):
+        quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+    return dst
+
+
 def feeds(count: int = 3, seed: int = 7) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
     return [{"x": rng.standard_normal(SHAPE).astype(np.float32)} for _ in range(count)]

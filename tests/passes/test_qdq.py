@@ -313,3 +313,40 @@ def test_qlinear_conv_keeps_a_shared_dq_for_its_other_reader():
 def test_qlinear_conv_refuses_a_bias_not_scaled_by_x_times_w():
     out, _, _ = optimize(_conv_unit(bias_scale_factor=2.0), level=2, target="ort")
     assert _ops(out)["QLinearConv"] == 0 and _ops(out)["Conv"] == 1
+
+
+# ---- dynamic quantization (quantize_dynamic): MatMulIntegerToFloat / DynamicQuantizeMatMul ---------------
+
+def _ort_extended_ops(path, tmp_path):
+    out = str(tmp_path / "ort_ext.onnx")
+    _session(path, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, optimized=out)
+    return collections.Counter(n.op_type for n in onnx.load(out).graph.node)
+
+
+def test_dynamic_matmuls_fuse_as_ort_extended_does(tmp_path):
+    path = qdq_models.dynamic_mlp(str(tmp_path))
+    out, report, _ = optimize(io.load(path), level=2, target="ort")
+    ops = _ops(out)
+    # x's DynamicQuantizeLinear feeds one MatMul: DynamicQuantizeMatMul; h's feeds two: it stays, and
+    # each of its MatMuls (bias first or none) becomes MatMulIntegerToFloat
+    assert ops["DynamicQuantizeMatMul"] == 1 and ops["MatMulIntegerToFloat"] == 2 and ops["DynamicQuantizeLinear"] == 1
+    assert not {"MatMulInteger", "Cast", "Mul", "Add"} & set(ops)
+    ext = _ort_extended_ops(path, tmp_path)
+    assert sum(ops.values()) <= sum(ext.values()), (ops, ext)
+    rng = np.random.default_rng(3)
+    feeds = [{"x": rng.standard_normal((2, 5, 16)).astype(np.float32)} for _ in range(3)]
+    ref = [_session(path).run(None, f) for f in feeds]
+    got = [_session(to_onnx(out)).run(None, f) for f in feeds]
+    for r, g in zip(ref, got):
+        for a, b in zip(r, g):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+
+
+def test_dynamic_matmul_refused_where_its_product_is_also_read(tmp_path):
+    proto = onnx.load(qdq_models.dynamic_mlp(str(tmp_path)))
+    cast = next(n for n in proto.graph.node if n.op_type == "Cast")
+    proto.graph.output.append(helper.make_tensor_value_info(cast.output[0], TensorProto.FLOAT, None))
+    out, report, _ = optimize(io.load_proto(proto), level=2, target="ort")
+    stats = report.passes["ort-dynamic-quant-matmul"].stats
+    assert stats["integer_to_float"] + stats["dynamic"] == 2  # 3 products, the one with a read Cast stays
+    assert _ops(out)["MatMulInteger"] == 1 and _ops(out)["Cast"] == 1

@@ -141,3 +141,29 @@ def test_split_moves_with_its_axis_and_every_part_cancels():
 def test_split_with_a_part_that_does_not_pay_stays():
     out, report = optimize(_split_model(13, second_reader="MatMul"), passes=["push-transposes"])[:2]
     assert report.passes["push-transposes"].stats["pushed"] == 0 and _ops(out).count("Transpose") == 2
+
+
+def test_transposes_move_through_a_qlinear_concat_and_cancel():
+    """A quantized SqueezeNet fire module in channels-last form: two branches' exit Transposes meet in a
+    com.microsoft QLinearConcat (axis 1); below it, the next convolution's entry Transpose is the inverse."""
+    import onnxruntime as ort
+
+    u8 = TensorProto.UINT8
+    nodes = [n("Transpose", ["a"], ["ta"], perm=[0, 3, 1, 2]), n("Transpose", ["b"], ["tb"], perm=[0, 3, 1, 2]),
+             n("QLinearConcat", ["ys", "yz", "ta", "as", "az", "tb", "bs", "bz"], ["c"], axis=1, domain="com.microsoft"),
+             n("Transpose", ["c"], ["y"], perm=[0, 2, 3, 1])]
+    inits = [const("ys", np.float32(0.1)), const("yz", np.uint8(120)), const("as", np.float32(0.05)),
+             const("az", np.uint8(128)), const("bs", np.float32(0.2)), const("bz", np.uint8(100))]
+    from graphtool import io
+    from tests.passes.helpers import make_proto
+
+    m = io.load_proto(make_proto(nodes, [vi("a", [1, 5, 6, 3], u8), vi("b", [1, 5, 6, 4], u8)], [vi("y", [1, 5, 6, 7], u8)],
+                                 inits, opset=13, extra_opsets=[helper.make_opsetid("com.microsoft", 1)], check=False))
+    out, _ = run(m)
+    assert _ops(out) == ["QLinearConcat"]
+    assert next(nd for nd in to_onnx(out).graph.node).attribute[0].i == 3  # axis 1 in NCHW is 3 in NHWC
+    rng = np.random.default_rng(0)
+    feeds = {"a": rng.integers(0, 255, (1, 5, 6, 3), dtype=np.uint8), "b": rng.integers(0, 255, (1, 5, 6, 4), dtype=np.uint8)}
+    got = [ort.InferenceSession(to_onnx(x).SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+           for x in (m, out)]
+    assert np.array_equal(got[0], got[1])
