@@ -239,8 +239,6 @@ def _expand(graph: Graph, node: Node, opset: int) -> str | None:
     x, s = node.inputs[0], node.inputs[1]
     target = graph.const(s)
     shape = graph.declared_shape(x)
-    if shape is None and target is not None and shapes is not None:
-        shape = shapes.shape(x)  # tf2onnx's Reshape(x, [-1, 1, 172, 264]) of a [N, 1, 172, 264] x
     if target is None or shape is None:
         return None
     target = [int(t) for t in np.asarray(target).reshape(-1)]
