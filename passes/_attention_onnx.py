@@ -20,7 +20,11 @@ unchanged. float16 is refused unless the mask provably holds only 0 and -inf (To
 Where(visible, 0, -inf)): with finfo(float16).min, s·scale + min overflows to -inf for
 s·scale <= -16 and rounds in steps of 32, so the graph's answer on a fully masked row depends on
 three roundings the kernel does once (measured: rows differ by up to 1.2 with or without the
-raise; qwen2_fp16's prefill 7.6e-3 where the rest of the model agrees to 4.9e-4).
+raise; qwen2_fp16's prefill 7.6e-3 where the rest of the model agrees to 4.9e-4). Also fused: a mask
+that provably shows key 0 to every query (``_first_key_visible``: the exporters' causal
+Where(arange(T) <= arange(S) + P, 0, min) without padding, a decoder's cross mask of a model given no
+encoder mask) — no row is fully masked, so the three roundings never decide a row (mbart_fp16: 4 of 4,
+2.4e-4).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ def check_onnx_cached(m: Match) -> str | None:
     why = check_cached_shapes(m, kernel="ONNX Attention")
     if why:
         return why
-    if m.extra["dtype"] != TensorProto.FLOAT and m.get("mask") and not _zero_or_minus_inf(m.graph, m["mask"]):
+    if m.extra["dtype"] != TensorProto.FLOAT and m.get("mask") and not _float16_safe(m.graph, m["mask"]):
         return ("q is float16 and the mask may hold finite values: onnxruntime's Attention rounds a fully masked "
                 "row's scores once where the graph rounds three times")
     if m.extra["scale"] <= 0:
@@ -78,7 +82,7 @@ def check_onnx_alibi(m: Match) -> str | None:
     why = check_alibi(m)
     if why:
         return why
-    if m.extra["dtype"] != TensorProto.FLOAT and m.get("mask") and not _zero_or_minus_inf(m.graph, m["mask"]):
+    if m.extra["dtype"] != TensorProto.FLOAT and m.get("mask") and not _float16_safe(m.graph, m["mask"]):
         return ("q is float16 and the mask may hold finite values: onnxruntime's Attention rounds a fully masked "
                 "row's scores once where the graph rounds three times")
     if m.extra["scale"] <= 0:
@@ -207,3 +211,89 @@ def _zero_or_minus_inf(graph, value: str) -> bool:
         else:
             return False
     return True
+
+
+def _float16_safe(graph, mask: str) -> bool:
+    """A float16 mask whose fully masked rows cannot differ: it holds only 0 and -inf
+    (``_zero_or_minus_inf``), or no row of it is fully masked (``_first_key_visible``) — then every
+    row has a visible score, the masked ones weigh exp(≈ -65504 - max) = 0 in the graph and in the
+    kernel alike, and only float16's own rounding of the visible ones remains."""
+    return _zero_or_minus_inf(graph, mask) or _first_key_visible(graph, mask)
+
+
+_SHAPE_ONLY = ("Expand", "Identity")
+
+
+def _through(graph, value: str, ops: tuple[str, ...] = _SHAPE_ONLY):
+    """The producer of ``value`` past ops that only broadcast (an expanded row is a copy of a row)."""
+    node = graph.producer(value)
+    while node is not None and node.op_type in ops and node.domain in ("", "ai.onnx"):
+        node = graph.producer(node.inputs[0])
+    return node
+
+
+def _first_key_visible(graph, mask: str) -> bool:
+    """Every row of the mask shows key 0: ``Where(cond, c, fill)`` with c one finite constant and cond
+    ``kv ≤ q`` (LessOrEqual(kv, q) or GreaterOrEqual(q, kv)) where q is never negative and kv is at
+    most 0 at the first key — the exporters' causal mask with a cache, ``arange(T) ≤ arange(S) + P``
+    (and the cross-attention mask ``arange(S) ≥ 0`` of a decoder given no encoder mask). A padding
+    mask And-ed in is not this form: a row of only padding is fully masked."""
+    node = _through(graph, mask)
+    if node is None or node.op_type != "Where" or node.domain not in ("", "ai.onnx"):
+        return False
+    shown = graph.const(node.inputs[1])
+    if shown is None or shown.size != 1 or not np.all(np.isfinite(shown.astype(np.float64))):
+        return False
+    cond = _through(graph, node.inputs[0])
+    if cond is None or cond.op_type not in ("LessOrEqual", "GreaterOrEqual") or cond.domain not in ("", "ai.onnx"):
+        return False
+    kv, q = cond.inputs if cond.op_type == "LessOrEqual" else reversed(cond.inputs)
+    return _never_negative(graph, q) and _first_at_most_zero(graph, kv)
+
+
+def _never_negative(graph, value: str, depth: int = 0) -> bool:
+    """An integer value ≥ 0 everywhere: constants, dims (Shape), Range(start ≥ 0, ·, step > 0), and
+    Add/Unsqueeze/Squeeze/Reshape/Expand/Gather/Concat/Cast of such."""
+    if depth > 12:
+        return False
+    const = graph.const(value)
+    if const is not None:
+        return const.dtype.kind in "iu" and bool(np.all(const >= 0))
+    node = graph.producer(value)
+    if node is None or node.domain not in ("", "ai.onnx"):
+        return False
+    t, ins = node.op_type, node.inputs
+    if t == "Shape":
+        return True
+    if t == "Range":
+        start, step = graph.const(ins[0]), graph.const(ins[2])
+        return start is not None and step is not None and start.size == 1 and step.size == 1 \
+            and float(start.reshape(-1)[0]) >= 0 and float(step.reshape(-1)[0]) > 0
+    if t in ("Add", "Concat"):
+        return all(_never_negative(graph, v, depth + 1) for v in ins if v)
+    if t in ("Unsqueeze", "Squeeze", "Reshape", "Expand", "Identity", "Gather"):
+        return _never_negative(graph, ins[0], depth + 1)
+    if t == "Cast":
+        return node.attr("to") in (TensorProto.INT64, TensorProto.INT32) and _never_negative(graph, ins[0], depth + 1)
+    return False
+
+
+def _first_at_most_zero(graph, value: str) -> bool:
+    """The keys' side is ≤ 0 at the first key of every row: a constant ≤ 0 everywhere, or
+    ``Unsqueeze(Range(start ≤ 0, ·, ·))`` whose range lies on the last axis."""
+    const = graph.const(value)
+    if const is not None:
+        return const.dtype.kind in "iu" and bool(np.all(const <= 0))
+    node = graph.producer(value)
+    if node is None or node.op_type != "Unsqueeze" or node.domain not in ("", "ai.onnx"):
+        return False
+    axes = node.attr("axes")
+    axes = list(axes) if axes is not None else (graph.const(node.inputs[1]).reshape(-1).tolist()
+                                                 if len(node.inputs) > 1 and graph.const(node.inputs[1]) is not None else None)
+    rng = graph.producer(node.inputs[0])
+    if axes is None or rng is None or rng.op_type != "Range":
+        return False
+    rank = len(axes) + 1
+    kept = [a for a in range(rank) if a not in {x % rank for x in axes}]
+    start = graph.const(rng.inputs[0])
+    return kept == [rank - 1] and start is not None and start.size == 1 and float(start.reshape(-1)[0]) <= 0

@@ -42,7 +42,8 @@ onnxruntime 1.32 zeroes a row whose every score is the float's lowest value (lef
 prefill), the graph averages it; raised, both average, every other row unchanged. Refusals: those
 of ``cached-attention``, "q is float16 and the mask may hold finite values" (no form matches a
 fully masked float16 row then: the graph rounds s·scale + min three times, the kernel once; a
-mask of only 0 and -inf fuses), a scale <= 0. ``onnx-projected-attention``:
+mask of only 0 and -inf fuses, and so does one that provably shows every query key 0: a causal
+mask without padding), a scale <= 0. ``onnx-projected-attention``:
 ``projected-attention``'s pattern (cross-attention over projected encoder states) as ONNX
 Attention. ``onnx-attention`` and it refuse a causal Where together with a mask (the kernel's
 causal mask is the float's lowest value: a row of only padding differs, by 2.4 on GPT-2-style

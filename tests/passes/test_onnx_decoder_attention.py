@@ -201,6 +201,60 @@ def test_float16_with_a_minus_inf_mask_fuses():
         assert_same_outputs(original, fused, feeds, atol=2e-2)
 
 
+def _in_graph_causal(padding: bool) -> onnx.ModelProto:
+    """The float16 Llama layer with its mask computed in the graph, as the dynamo exports of mBART's /
+    Llama's decoder write it: Where(arange(T) <= arange(S) + P, 0, finfo(float16).min), T = P + S
+    from the cache's and x's shapes; ``padding``: And-ed with attention_mask [B, T] (left padding can
+    then hide every key of a row)."""
+    proto = dm.llama_layer(kv_heads=2, dtype=TensorProto.FLOAT16)
+    graph = proto.graph
+    i64 = lambda v, name: onnx.numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    graph.initializer.extend([i64(0, "m_zero"), i64(1, "m_one"), i64([0], "m_ax0"), i64([0, 1, 2], "kv_axes"),
+                              i64([0, 1, 3], "q_axes"), i64([1, 2], "pad_axes"),
+                              onnx.numpy_helper.from_array(np.array(0, np.float16), "zero16"),
+                              onnx.numpy_helper.from_array(np.array(np.finfo(np.float16).min, np.float16), "min16")])
+    nodes = [helper.make_node("Shape", ["x"], ["x_shape"]),
+             helper.make_node("Gather", ["x_shape", "m_one"], ["seq_len"]),
+             helper.make_node("Shape", ["past_key"], ["pk_shape2"], start=2, end=3),
+             helper.make_node("Squeeze", ["pk_shape2", "m_ax0"], ["past_len"]),
+             helper.make_node("Add", ["past_len", "seq_len"], ["total"]),
+             helper.make_node("Range", ["m_zero", "total", "m_one"], ["kv_pos"]),
+             helper.make_node("Unsqueeze", ["kv_pos", "kv_axes"], ["kv4"]),
+             helper.make_node("Range", ["m_zero", "seq_len", "m_one"], ["q_pos0"]),
+             helper.make_node("Add", ["q_pos0", "past_len"], ["q_pos"]),
+             helper.make_node("Unsqueeze", ["q_pos", "q_axes"], ["q4"]),
+             helper.make_node("LessOrEqual", ["kv4", "q4"], ["causal"])]
+    visible = "causal"
+    if padding:
+        graph.input.append(helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total"]))
+        nodes += [helper.make_node("Cast", ["attention_mask"], ["am_bool"], to=TensorProto.BOOL),
+                  helper.make_node("Unsqueeze", ["am_bool", "pad_axes"], ["am4"]),
+                  helper.make_node("And", ["causal", "am4"], ["visible"])]
+        visible = "visible"
+    nodes.append(helper.make_node("Where", [visible, "zero16", "min16"], ["mask_graph"]))
+    for node in graph.node:
+        node.input[:] = ["mask_graph" if v == "mask" else v for v in node.input]
+    kept = [i for i in graph.input if i.name != "mask"]
+    del graph.input[:]
+    graph.input.extend(kept)
+    graph.node.extend(nodes)
+    return at_23(helper.make_model(helper.make_graph(_sorted(graph), graph.name, graph.input, graph.output,
+                                                     graph.initializer), opset_imports=proto.opset_import))
+
+
+def test_float16_with_an_in_graph_causal_mask_fuses_and_with_padding_is_refused():
+    """A float16 mask with finite finfo.min fuses when no row can be fully masked: the causal
+    Where(arange(T) <= arange(S) + P, 0, min) shows key 0 to every query (mbart_fp16 at opset 23: 0 -> 4
+    of 4, 2.4e-4). With the padding And-ed in, a padded query's row can hide every key: refused."""
+    proto = _in_graph_causal(padding=False)
+    original, fused, _ = run(proto, target="onnx")
+    assert ops(fused)["Attention"] == 1 and "Softmax" not in ops(fused)
+    for kw in SIZES:
+        assert_same_outputs(original, fused, dm.feeds(proto, **kw), atol=2e-2)
+    _, padded, _ = run(_in_graph_causal(padding=True), target="onnx")
+    assert not ops(padded)["Attention"] and ops(padded)["Softmax"] == 1
+
+
 def test_onnxscript_whisper_decoder_at_opset_23():
     """onnxscript's one-layer Whisper decoder (self-attention over past + new keys, cross-attention
     over the cached encoder keys), converted to opset 23: both attentions become ONNX Attention,
