@@ -19,6 +19,7 @@ import os
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -30,16 +31,15 @@ from graphtool.ir.model import Model
 from graphtool.optimize import optimize
 from graphtool.pass_manager import load_builtin_and_plugins, select_passes
 from graphtool.runtime import tuned_session
-from graphtool.tune.environment import recommend
+from graphtool.tune.environment import FIRST_PROBE_RUNS, recommend
 from graphtool.tune.outcome import (
     PICKS,
     TuneRun,
     decoder_report,
     session_settings,
-    step_latencies,
     write_settings,
 )
-from graphtool.tune.search import tune
+from graphtool.tune.search import TuneResult, tune
 from graphtool.tune.space import (
     FUSED_OPS,
     ORT_FUSIONS,
@@ -61,6 +61,9 @@ MEMORY_SHARE = 0.25
 # A decoder's generation steps: a prefill of this many tokens over an empty cache, a decode step
 # of one token over this many cached ones (--prefill, --past), ranked by the decode step (--pick).
 PREFILL_TOKENS, PAST_TOKENS = 64, 64
+# The share of --budget the environment probe may take before the search (six processes of the
+# original: ~12 s on a 6-layer decoder, ~35 s on BERT-base; the default 300 s budget fits both).
+PROBE_SHARE = 0.15
 
 
 def rewrite_passes(rewrite: RewriteSet, target: str) -> list[str] | None:
@@ -403,7 +406,13 @@ def tune_file(model_path: str, output: str, original: Model | None = None, targe
     settings to ``output.session.json``. Times on ``feeds`` if given; else a model with a KV cache on
     a prefill of ``prefill`` tokens and a decode step over ``past`` cached ones (ranked by ``pick``),
     any other on the largest input set verification finds (which may be smaller than what the user
-    runs: the report says so)."""
+    runs: the report says so).
+
+    With ``environment``, the process environment is decided first, on the original
+    (graphtool.tune.environment): where huge pages for malloc are clearly faster, the search runs
+    in a child process started with them (graphtool.tune.child), so the model is chosen where it
+    will run. Decided after the search instead, the races ran in an environment whose sessions of
+    one file sat 15-60 % apart and could not separate the candidates (bench/decoder_latency.py)."""
     from graphtool.optimize import require_schema_valid
 
     if pick not in PICKS:
@@ -412,32 +421,98 @@ def tune_file(model_path: str, output: str, original: Model | None = None, targe
     original = original if original is not None else io.load(model_path)
     require_schema_valid(original)  # a broken op is named as such, before onnxruntime's load error
     shapes, values = dict(input_shapes or {}), dict(input_values or {})
-    steps = None
-    if feeds is not None:
-        timing, how = feeds, "given"
+    plan = plan_timing(original, model_path, feeds, shapes, values, prefill, past, pick)
+    env: dict[str, str] = {}
+    env_finding = None
+    if environment:
+        progress("trying huge pages for malloc on the original")
+        env, env_finding = recommend(model_path, plan.steps or {"run": plan.timing},
+                                     pick if plan.steps is not None else "run", budget * PROBE_SHARE,
+                                     runs=FIRST_PROBE_RUNS,
+                                     threads=threads if threads is not None else 0)
+    request = SearchRequest(model_path, output, target, threads, budget - (time.perf_counter() - started), plan,
+                            feeds, shapes, values, rtol, atol)
+    if env:
+        from graphtool.tune.child import search_in
+
+        result, verification = search_in(env, search_and_write, request, progress)
     else:
-        found_steps = find_step_inputs(original, model_path, prefill, past, shapes, values)
-        if found_steps is not None:
-            steps = {name: s.feeds for name, s in found_steps.steps.items()}
-            timing = steps[pick]
-            how = (f"{found_steps.how}: " + "; ".join(s.label.split(", ", 1)[1] for s in found_steps.steps.values())
-                   + "; --prefill/--past set the step sizes")
-            prefill = found_steps.sizes.get("prefill", (prefill, 0))[0]
-            past = found_steps.sizes.get("decode", (1, past))[1]
-        else:
-            found = find_inputs(original, model_path, shapes, values)
-            # timed at a size people run where the model accepted one (else the last set found)
-            timing = next((s.feeds for s in found.sets if "realistic size" in s.label), found.sets[-1].feeds)
-            how = f"{found.how}; give --inputs or --input-shape for the shapes you run"
+        result, verification = search_and_write(request, progress, original)
+    if env_finding:
+        result.findings.append(env_finding + (" (the search ran in it)" if env else ""))
+    steps = plan.steps
+    decoder = None if steps is None else decoder_report(
+        result, plan.prefill, plan.past, pick, {k: {n: list(v.shape) for n, v in f.items()} for k, f in steps.items()})
+    settings = session_settings(result, output)
+    if env:
+        settings["environment"] = env
+    write_settings(output, settings)
+    return TuneRun(model_path, output, target, budget, result, {k: list(v.shape) for k, v in plan.timing.items()},
+                   plan.how, verification, settings, decoder)
+
+
+@dataclass
+class TimingPlan:
+    """What the search times on: ``timing`` (the ranked step's feeds) and, for a KV-cache model,
+    every step's feeds, how they were found and what was halved."""
+
+    timing: dict[str, np.ndarray]
+    how: str
+    steps: dict[str, dict[str, np.ndarray]] | None = None
+    pick: str = "decode"
+    prefill: int = PREFILL_TOKENS
+    past: int = PAST_TOKENS
+    smaller: list[str] = field(default_factory=list)
+
+
+def plan_timing(original: Model, model_path: str, feeds: dict[str, np.ndarray] | None, shapes: dict[str, list[int]],
+                values: dict[str, list[Any]], prefill: int, past: int, pick: str) -> TimingPlan:
+    if feeds is not None:
+        return TimingPlan(feeds, "given", pick=pick, prefill=prefill, past=past)
+    found_steps = find_step_inputs(original, model_path, prefill, past, shapes, values)
+    if found_steps is not None:
+        steps = {name: s.feeds for name, s in found_steps.steps.items()}
+        how = (f"{found_steps.how}: " + "; ".join(s.label.split(", ", 1)[1] for s in found_steps.steps.values())
+               + "; --prefill/--past set the step sizes")
+        return TimingPlan(steps[pick], how, steps, pick, found_steps.sizes.get("prefill", (prefill, 0))[0],
+                          found_steps.sizes.get("decode", (1, past))[1], list(found_steps.smaller))
+    found = find_inputs(original, model_path, shapes, values)
+    # timed at a size people run where the model accepted one (else the last set found)
+    timing = next((s.feeds for s in found.sets if "realistic size" in s.label), found.sets[-1].feeds)
+    return TimingPlan(timing, f"{found.how}; give --inputs or --input-shape for the shapes you run",
+                      pick=pick, prefill=prefill, past=past)
+
+
+@dataclass
+class SearchRequest:
+    """Everything the search needs, picklable: it may run in a child process (graphtool.tune.child)."""
+
+    model_path: str
+    output: str
+    target: str
+    threads: int | None
+    budget: float
+    plan: TimingPlan
+    feeds: dict[str, np.ndarray] | None
+    shapes: dict[str, list[int]]
+    values: dict[str, list[Any]]
+    rtol: float
+    atol: float
+
+
+def search_and_write(request: SearchRequest, progress: Callable[[str], None],
+                     original: Model | None = None) -> tuple[TuneResult, str]:
+    """Run the search in this process and write the winner to ``request.output``; (result, its verification)."""
+    r, plan = request, request.plan
+    original = original if original is not None else io.load(r.model_path)
     with tempfile.TemporaryDirectory(prefix="graphtool-tune-") as workdir:
-        timer = OrtTimer(original, model_path, timing, target, workdir, shapes, steps, pick)
-        verifier = Verifier(timer, feeds, shapes, values, rtol, atol)
-        result = tune(timer, verifier, time.perf_counter, budget=budget, threads=threads,
+        timer = OrtTimer(original, r.model_path, plan.timing, r.target, workdir, r.shapes, plan.steps, plan.pick)
+        verifier = Verifier(timer, r.feeds, r.shapes, r.values, r.rtol, r.atol)
+        result = tune(timer, verifier, time.perf_counter, budget=r.budget, threads=r.threads,
                       cores=os.cpu_count() or 1, progress=progress)
         timer.close()
         result.findings += timer.notes
-        if steps is not None:
-            result.findings += found_steps.smaller
+        result.findings += plan.smaller
         if timer.clocks:
             result.findings.append("timed with " + " and ".join(sorted(timer.clocks)) + " around session.run"
                                    + (" (CPU time where every candidate of a batch runs on one thread: other "
@@ -446,20 +521,5 @@ def tune_file(model_path: str, output: str, original: Model | None = None, targe
             verification = "the original (no rewrite)"
         else:
             verification = verifier.summaries.get(result.winner.rewrite, "verified")
-        io.save(timer.model(result.winner.rewrite), output)
-    decoder = None if steps is None else decoder_report(
-        result, prefill, past, pick, {k: {n: list(v.shape) for n, v in f.items()} for k, f in steps.items()})
-    settings = session_settings(result, output)
-    write_settings(output, settings)
-    if environment:  # measured in child processes opening what was just written (graphtool.tune.environment)
-        progress("trying huge pages for malloc")
-        per_run = sum(step_latencies(result, result.winner).values()) or next(
-            (r.median for r in reversed(result.rows) if r.candidate == result.winner and r.status == "measured"), 0.0)
-        env, finding = recommend(output, steps if steps is not None else {"run": timing},
-                                 pick if steps is not None else "run", budget - (time.perf_counter() - started), per_run)
-        result.findings.append(finding)
-        if env:
-            settings["environment"] = env
-            write_settings(output, settings)
-    return TuneRun(model_path, output, target, budget, result, {k: list(v.shape) for k, v in timing.items()}, how,
-                   verification, settings, decoder)
+        io.save(timer.model(result.winner.rewrite), r.output)
+    return result, verification

@@ -162,6 +162,9 @@ class Sample(float):
         sample.steps = steps
         return sample
 
+    def __reduce__(self) -> tuple[type, tuple[float, dict[str, float]]]:  # tune's search may run in a child
+        return (Sample, (float(self), self.steps))
+
 
 def step_medians(samples: Sequence[float]) -> dict[str, float]:
     """Step name → median seconds over ``samples`` ({} unless every sample is a ``Sample``)."""

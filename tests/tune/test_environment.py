@@ -83,3 +83,46 @@ def test_session_for_says_when_this_process_lacks_the_recommended_environment(tm
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         session_for(model)
+
+
+def _search_saying_where(request, progress):
+    """tune's search, run by graphtool.tune.child (which imports this by name): says where it ran."""
+    from graphtool.tune import ort as tune_ort
+
+    result, verification = tune_ort.search_and_write(request, progress)  # the child's own: not patched there
+    result.findings.append(f"searched in process {os.getpid()} with "
+                           f"GRAPHTOOL_TEST_VARIABLE={os.environ.get('GRAPHTOOL_TEST_VARIABLE')}")
+    return result, verification
+
+
+def test_the_search_runs_in_a_child_started_with_the_environment_it_recommends(tmp_path, monkeypatch) -> None:
+    """Decided first, on the original; the search then runs where the model will (graphtool.tune.child)."""
+    from graphtool.tune import ort as tune_ort
+
+    monkeypatch.setattr(tune_ort, "recommend", lambda *_a, **_k: (
+        {"GRAPHTOOL_TEST_VARIABLE": "1"}, "environment: run it with GRAPHTOOL_TEST_VARIABLE=1"))
+
+    monkeypatch.setattr(tune_ort, "search_and_write", _search_saying_where)
+    out, said = str(tmp_path / "tuned.onnx"), []
+    run = tune_ort.tune_file(DECODER, out, budget=8, threads=1, prefill=8, past=8, progress=said.append)
+    assert run.settings["environment"] == {"GRAPHTOOL_TEST_VARIABLE": "1"}
+    assert json.load(open(out + ".session.json"))["environment"] == {"GRAPHTOOL_TEST_VARIABLE": "1"}
+    assert io.load(out).graph.outputs  # the child wrote the winner
+    assert any(s.startswith("rewrite sets") for s in said)  # the child's progress reached the caller
+    assert any(f.endswith("(the search ran in it)") for f in run.result.findings)
+    where = next(f for f in run.result.findings if f.startswith("searched in process"))
+    assert where == f"searched in process {where.split()[3]} with GRAPHTOOL_TEST_VARIABLE=1"
+    assert int(where.split()[3]) != os.getpid()
+    assert run.decoder and run.decoder["winner_ms"]["decode"] > 0  # both steps timed in the child
+
+
+def test_an_error_in_the_search_child_is_raised_as_itself(tmp_path) -> None:
+    from graphtool.errors import BadModel
+    from graphtool.tune.child import search_in
+    from graphtool.tune.ort import SearchRequest, TimingPlan, search_and_write
+
+    request = SearchRequest(str(tmp_path / "absent.onnx"), str(tmp_path / "out.onnx"), "ort", 1, 5.0,
+                            TimingPlan({}, "given"), None, {}, {}, 1e-3, 1e-4)
+    with pytest.raises(BadModel):
+        search_in({"GRAPHTOOL_TEST_VARIABLE": "1"}, search_and_write, request, lambda _s: None)
+    assert not os.path.exists(tmp_path / "out.onnx")
