@@ -324,10 +324,12 @@ def sklearn_models(out: str, unseen: bool = False) -> dict[str, str]:
     return made
 
 
-def build_unseen(groups: set[str], out: str, work: str, add) -> None:
+def build_unseen(groups: set[str], out: str, work: str, add, drop) -> None:
     """The unseen set (module docstring): each row built once, a failure said and skipped."""
 
     def variants(base: str, src: str, suffixes: tuple[str, ...], origin: str) -> None:
+        import onnxruntime as ort
+
         pre = None
         for suffix in suffixes:
             dst = os.path.join(out, f"{base}_{suffix}.onnx")
@@ -335,6 +337,14 @@ def build_unseen(groups: set[str], out: str, work: str, add) -> None:
                 if not os.path.exists(dst):
                     pre = pre or (_pre(src, os.path.join(work, f"{base}_pre.onnx")) if suffix != "fp16" else None)
                     _quantize(pre, src, dst, suffix)
+                try:  # the quantizer's output must load (basic-pitch's QDQ does not: a Transpose of a 1-D tensor)
+                    ort.InferenceSession(dst, providers=["CPUExecutionProvider"])
+                except Exception as err:  # noqa: BLE001
+                    os.remove(dst)
+                    drop(f"{base}_{suffix}")
+                    print(f"{base}_{suffix}: dropped, onnxruntime cannot load what its quantizer wrote: {str(err)[:160]}",
+                          file=sys.stderr)
+                    continue
                 add(f"{base}_{suffix}", _kind(suffix), origin)
             except Exception as err:  # noqa: BLE001 - a row that cannot be built is said, the rest go on
                 print(f"{base}_{suffix}: {type(err).__name__}: {str(err)[:200]}", file=sys.stderr)
@@ -406,8 +416,13 @@ def main() -> None:
         with open(index_path, "w") as handle:
             json.dump(index, handle, indent=1)
 
+    def drop(name: str) -> None:
+        index.pop(name, None)
+        with open(index_path, "w") as handle:
+            json.dump(index, handle, indent=1)
+
     if args.set == "unseen":
-        build_unseen(set((args.only or "cnn,light,transformer,wheels,realq,sklearn").split(",")), out, work, add)
+        build_unseen(set((args.only or "cnn,light,transformer,wheels,realq,sklearn").split(",")), out, work, add, drop)
         print(f"{len(index)} models in {out}")
         return
     groups = set((args.only or "cnn,bert,wheels,realq,sklearn").split(","))
