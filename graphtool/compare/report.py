@@ -206,6 +206,7 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
 
     levels = sorted(set(levels))
     ours: dict[int, Model] = {}
+    our_notes: dict[int, list[str]] = {}  # what graphtool's passes refused and why (the layout pass's reason)
     report: dict[str, Any] = {
         "schema": SCHEMA,
         "model": path,
@@ -226,7 +227,8 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
         if our_level not in ours:
             if on_step:
                 on_step(f"graphtool optimize level {our_level}")
-            ours[our_level] = optimize(model, level=our_level, target=target)[0]
+            ours[our_level], _, ctx = optimize(model, level=our_level, target=target)
+            our_notes[our_level] = [f"graphtool: {n}" for n in getattr(ctx, "notes", [])]
             traced = OurSide(ours[our_level])  # its session opens while the original is indexed
             index = index if index is not None else index_original(model)
             traced.traced(model, index)
@@ -247,6 +249,7 @@ def compare(model: Model, levels: Iterable[int] = (1, 2, 3), target: str = "onnx
         if models is not None:
             models[level] = (ort_model, ours[our_level])
         entry["graphtool_level"] = our_level  # L3 compares against graphtool's L2 until it has L3 passes
+        entry["notes"] += our_notes.get(our_level, [])
         report["levels"].append(entry)
     if latency:
         if on_step:

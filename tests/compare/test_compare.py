@@ -320,3 +320,16 @@ def test_big_model_levels_take_turns_between_two_ort_children(monkeypatch):
     for report in (turns, alone):
         del report["levels"][2]
     assert json.dumps(turns, sort_keys=True) == json.dumps(alone, sort_keys=True)
+
+
+def test_names_graphtool_s_refusal_of_the_channels_last_layout_ort_all_uses(tmp_path):
+    """A quantized 1×1-convolution body: ORT "all" runs it channels-last; graphtool's L2 keeps NCHW, and
+    compare says why (the layout pass's note), beside the rewrite only ORT did."""
+    from graphtool import io
+    from tests.passes import qdq_models
+
+    path = qdq_models.quantized_cnn(str(tmp_path), per_channel=False, pointwise=True)
+    report = compare(io.load(path), levels=[3], target="ort")
+    notes = report["levels"][0]["notes"]
+    assert any(n.startswith("graphtool: ort-qdq-nhwc: channels-last layout refused") for n in notes), notes
+    assert "graphtool: ort-qdq-nhwc" in format_compare(report)
