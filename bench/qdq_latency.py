@@ -12,8 +12,9 @@ median ratio over ``--rounds`` rounds and its range, so a reader sees the spread
 ``--sessions N`` opens N sessions per contender and runs them in turn (two sessions of one file can
 differ by 10-50 % for a whole run). ``--extra`` adds two contenders to the same interleaved run: graphtool L2 ort without the
 channels-last pass (``--skip ort-qdq-nhwc``) under ORT basic, and the original under ORT extended. ``--nhwc``
-adds graphtool L2 ort with the channels-last pass's dense-kernel gate off (the entry Transpose taken
-whenever it is the only node the layout adds) under ORT basic: what the gate's refusals cost.
+adds graphtool L2 ort with the channels-last pass's gates off (the dense-kernel share and the one
+node the layout may add: channels-last wherever the pass can convert) under ORT basic: what the
+gates' refusals cost, beside the nodes that form has.
 Default rows: the corpus's QDQ CNNs but BERT and the light_* models (IR < 4: their initializers are
 also graph inputs, which one random feed does not cover).
 """
@@ -53,12 +54,13 @@ def _session(path: str, level: str):
 def _optimized(path: str, out: str, skip: tuple[str, ...] = (), nhwc: bool = False) -> tuple[int, int]:
     from graphtool.passes import ort_qdq_layout
 
-    gate = ort_qdq_layout.DENSE_SHARE
-    ort_qdq_layout.DENSE_SHARE = 0.0 if nhwc else gate
+    gates = ort_qdq_layout.DENSE_SHARE, ort_qdq_layout.MAX_ADDED
+    if nhwc:
+        ort_qdq_layout.DENSE_SHARE, ort_qdq_layout.MAX_ADDED = 0.0, 1 << 30
     try:
         model, report, _ = optimize(io.load(path), level=2, target="ort", skip=skip, in_place=True)
     finally:
-        ort_qdq_layout.DENSE_SHARE = gate
+        ort_qdq_layout.DENSE_SHARE, ort_qdq_layout.MAX_ADDED = gates
     io.save(model, out)
     return report.nodes_before, report.nodes_after
 
@@ -156,7 +158,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--extra", action="store_true")
-    ap.add_argument("--nhwc", action="store_true", help="add graphtool L2 ort with the dense-kernel gate off")
+    ap.add_argument("--nhwc", action="store_true", help="add graphtool L2 ort with the channels-last gates off")
     ap.add_argument("--sessions", type=int, default=1, help="sessions per contender, run in turn")
     ap.add_argument("--json")
     args = ap.parse_args()

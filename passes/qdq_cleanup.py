@@ -9,8 +9,10 @@ model into float or into QLinear ops (``--target ort`` level 2 does that, passes
 * ``qdq-drop-clip`` — ``Q(Relu(x))`` → ``Q(x)`` when every zero point of Q is its type's lowest
   value: Q clamps below at ``(lo - zp) * scale = 0`` already. ``Q(Clip(x, a, b))`` → ``Q(x)`` when
   Q maps a to the lowest and b to the highest quantized value (with 0.01 of a step to spare for
-  float rounding); otherwise the Clip narrows the range and stays. The Relu/Clip stays while
-  something else reads it. onnxruntime: ``ReluQuantFusion`` / ``ClipQuantFusion``.
+  float rounding); otherwise the Clip narrows the range and stays. ``Max(x, c)`` / ``Min(x, c)``
+  with a one-element constant ``c`` is a Clip from below / above (a Keras LeakyReLU's threshold
+  exports so: openWakeWord's embedding has 19). The Relu/Clip stays while something else reads it.
+  onnxruntime: ``ReluQuantFusion`` / ``ClipQuantFusion`` (not Max/Min).
 * ``qdq-drop-pair`` — ``Q(DQ(q))`` with the same scale, zero point, axis and type is ``q``
   (dequantize-then-quantize of an integer is that integer). Not when Q's output is a graph output.
 * ``qdq-drop-around`` — ``DQ → op → Q`` with equal per-tensor parameters on both sides, for ops
@@ -63,9 +65,28 @@ def _drop_unused(graph: Graph, node: Node | None) -> None:
         graph.remove_nodes([node])
 
 
-def _clip_bounds(graph: Graph, node: Node, opset: int) -> tuple[float, float] | None:
+def _data_input(graph: Graph, node: Node) -> str:
+    """The input a Relu/Clip/Max/Min passes on (Max/Min: the one that is not the bound)."""
+    if node.op_type in ("Max", "Min") and graph.const(node.inputs[0]) is not None:
+        return node.inputs[1]
+    return node.inputs[0]
+
+
+def _clip_bounds(graph: Graph, node: Node, opset: int, shapes=None) -> tuple[float, float] | None:
     if node.op_type == "Relu":
         return 0.0, float("inf")
+    if node.op_type in ("Max", "Min"):
+        if len(node.inputs) != 2:
+            return None
+        data = _data_input(graph, node)
+        bound = graph.const(node.inputs[1] if data == node.inputs[0] else node.inputs[0])
+        if bound is None or bound.size != 1 or graph.const(data) is not None or bound.dtype.kind != "f":
+            return None
+        rank = shapes.rank(data) if shapes is not None else None
+        if bound.ndim and (rank is None or rank < bound.ndim):
+            return None  # broadcasting the bound would change the output's shape
+        value = float(bound.reshape(-1)[0])
+        return (value, float("inf")) if node.op_type == "Max" else (float("-inf"), value)
     if opset < 11:
         return float(node.attr("min", -np.inf)), float(node.attr("max", np.inf))
     bounds = []
@@ -97,7 +118,7 @@ def clip_redundant(p: QParams, lo_bound: float, hi_bound: float) -> bool:
 
 @register(level=1, priority=33)
 class QdqDropClip(Pass):
-    """Q(Relu(x)) / Q(Clip(x)) → Q(x) when Q's own clamping already does what the Relu/Clip does."""
+    """Q(Relu(x)) / Q(Clip(x)) / Q(Max(x, c)) / Q(Min(x, c)) → Q(x) when Q's own clamping already does it."""
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         dropped = 0
@@ -106,13 +127,14 @@ class QdqDropClip(Pass):
             if not graph.has_node(q) or not is_q(q):
                 continue
             act = graph.producer(q.inputs[0])
-            if not _std(act, "Relu", "Clip"):
+            if not _std(act, "Relu", "Clip", "Max", "Min"):
                 continue
-            bounds = _clip_bounds(graph, act, opset)
-            p = qparams(graph, q, ctx_shapes(graph, ctx))
+            shapes = ctx_shapes(graph, ctx)
+            bounds = _clip_bounds(graph, act, opset, shapes)
+            p = qparams(graph, q, shapes)
             if bounds is None or p is None or not clip_redundant(p, *bounds):
                 continue
-            graph.set_input(q, 0, act.inputs[0])
+            graph.set_input(q, 0, _data_input(graph, act))
             _drop_unused(graph, act)
             dropped += 1
         return PassResult(changed=dropped > 0, stats={"dropped": dropped})

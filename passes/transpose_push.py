@@ -20,7 +20,9 @@ runs its transpose optimizer for the same reason.
    p[axis], its sizes unchanged, a Transpose below each part; Slice with constant axes (or none:
    all axes in order) and Pad with constant pads: axes / pads map through p. com.microsoft
    QLinearConcat likewise (every data input a same-perm Transpose, its scales and zero points
-   one-element constants): a quantized SqueezeNet's or GoogLeNet's branches meet in one.
+   one-element constants): a quantized SqueezeNet's or GoogLeNet's branches meet in one. Resize
+   (opset ≥ 11, no ``axes`` attribute) with constant roi / scales / sizes: their entries map
+   through p (a Keras UpSampling2D between NHWC Transposes).
 
 A Transpose moves only when it *pays*: a walk down its chain of sole readers (a step at a time,
 the same rules) reaches another Transpose or an op where q becomes the identity — so a Transpose
@@ -86,8 +88,10 @@ class _Step:
     """How ``Transpose(p)`` moves below ``node``: the output perm and the edits to make."""
 
     def __init__(self, perm: list[int], axes: list[int] | None = None, axis: int | None = None,
-                 pads: list[int] | None = None, slice_axes: list[int] | None = None):
+                 pads: list[int] | None = None, slice_axes: list[int] | None = None,
+                 constants: dict[int, np.ndarray] | None = None):
         self.perm, self.axes, self.axis, self.pads, self.slice_axes = perm, axes, axis, pads, slice_axes
+        self.constants = constants or {}  # input slot -> its new constant
 
 
 def _norm(axes: list[int], rank: int) -> list[int] | None:
@@ -189,6 +193,29 @@ def step(graph: Graph, node: Node, p: list[int], sources: set[str], opset: int) 
             return None
         axes = _norm(axes, n)
         return _Step(p, slice_axes=[p[a] for a in axes]) if axes is not None else None
+    if kind == "Resize" and opset >= 11 and node.attr("axes") is None:
+        if node.inputs[0] not in sources:
+            return None
+        constants = {}
+        for slot in (1, 2, 3):  # roi [starts..., ends...], scales, sizes: in the transposed layout
+            value = node.inputs[slot] if len(node.inputs) > slot else ""
+            if not value:
+                continue
+            array = graph.const(value)
+            if value in sources or array is None or array.ndim != 1:
+                return None
+            if array.size == 0:
+                continue
+            width = 2 * n if slot == 1 else n
+            if array.size != width:
+                return None
+            new = np.empty_like(array)
+            for i in range(n):
+                new[p[i]] = array[i]
+                if slot == 1:
+                    new[n + p[i]] = array[n + i]
+            constants[slot] = new
+        return _Step(p, constants=constants)
     if kind == "Pad" and 11 <= opset:
         pads = _ints(graph, node.inputs[1]) if len(node.inputs) > 1 else None
         if pads is None or len(pads) != 2 * n or (len(node.inputs) > 3 and node.inputs[3]):
@@ -301,6 +328,8 @@ def push(graph: Graph, ctx: PassContext, tr: Node, p: list[int], walker: _Walker
         inputs[3] = graph.add_initializer(np.array(move.slice_axes, np.int64), "axes")
     if move.pads is not None:
         inputs[1] = graph.add_initializer(np.array(move.pads, np.int64), "pads")
+    for slot, array in move.constants.items():
+        inputs[slot] = graph.add_initializer(array, f"{node.op_type.lower()}_perm")
     outs = node.outputs
     infos = [graph.value_info.get(out) for out in outs]
     new = graph.add_node(node.op_type, inputs, len(outs), attrs, domain=node.domain, name=node.name, near=node)

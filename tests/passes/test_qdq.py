@@ -269,6 +269,22 @@ def test_clip_before_q_kept_when_narrower_than_q():
     _check_same(m, out)
 
 
+def test_max_or_min_with_a_constant_before_q_is_a_clip():
+    """openWakeWord's embedding (Keras): Max(DQ(x), -0.4) → Q(0.0912, 4): Q's floor -0.365 is above -0.4."""
+    m = _unit([helper.make_node("Max", ["xf", "c"], ["r"])], "r", 0.0912, 4, [const("c", np.full((1, 1, 1, 1), -0.4, np.float32))])
+    out, report, _ = optimize(m, passes=["qdq-drop-clip"])
+    assert report.passes["qdq-drop-clip"].stats["dropped"] == 1 and "Max" not in _ops(out)
+    _check_same(m, out)
+    m = _unit([helper.make_node("Max", ["c", "xf"], ["r"])], "r", 0.05, 128, [const("c", np.float32(-0.4))])
+    out, _, _ = optimize(m, passes=["qdq-drop-clip"])  # Q reaches -6.4: the floor at -0.4 matters
+    assert "Max" in _ops(out)
+    _check_same(m, out)
+    m = _unit([helper.make_node("Min", ["xf", "c"], ["r"])], "r", 0.05, 128, [const("c", np.float32(7))])
+    out, _, _ = optimize(m, passes=["qdq-drop-clip"])  # Q tops out at 6.35: a ceiling at 7 changes nothing
+    assert "Min" not in _ops(out)
+    _check_same(m, out)
+
+
 def test_dq_q_pair_with_same_params_goes_and_different_params_stay():
     m = _unit([], "xf", 0.05, 128)
     out, report, _ = optimize(m, passes=["qdq-drop-pair"])

@@ -167,3 +167,18 @@ def test_transposes_move_through_a_qlinear_concat_and_cancel():
     got = [ort.InferenceSession(to_onnx(x).SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
            for x in (m, out)]
     assert np.array_equal(got[0], got[1])
+
+
+def test_keras_upsampling_between_nhwc_transposes_leaves_one_resize():
+    """tf2onnx's UpSampling2D: Transpose to NHWC → Resize (scales [1, 2, 2, 1], nearest) → Transpose back."""
+    nodes = [n("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]), n("Resize", ["t", "", "scales"], ["r"], mode="nearest"),
+             n("Transpose", ["r"], ["y"], perm=[0, 3, 1, 2])]
+    m = model(nodes, [vi("x", [1, 3, 4, 5])], [vi("y", [1, 3, 8, 10])],
+              [const("scales", np.array([1, 2, 2, 1], np.float32))], opset=13)
+    out, _ = run(m)
+    assert _ops(out) == ["Resize"]
+    resize = to_onnx(out).graph
+    scales = next(i for i in resize.initializer if i.name == resize.node[0].input[2])
+    from onnx import numpy_helper
+
+    assert numpy_helper.to_array(scales).tolist() == [1, 1, 2, 2]
