@@ -45,14 +45,9 @@ from graphtool.rewrite import Match
 
 
 def check_onnx_cached(m: Match) -> str | None:
-    why = check_cached_shapes(m, kernel="ONNX Attention")
+    why = check_cached_shapes(m, kernel="ONNX Attention") or _mask_and_scale(m)
     if why:
         return why
-    if m.extra["dtype"] != TensorProto.FLOAT and m.get("mask") and not _float16_safe(m.graph, m["mask"]):
-        return ("q is float16 and the mask may hold finite values: onnxruntime's Attention rounds a fully masked "
-                "row's scores once where the graph rounds three times")
-    if m.extra["scale"] <= 0:
-        return f"the scale {m.extra['scale']:g} is not > 0 (ONNX Attention's scale)"
     n, h = m.extra["heads"], m.extra["head_size"]
     kv_heads, sources = n, {t: kv_value(m, t) for t in "kv"}
     if m.node("rep_k") is not None or m.node("rep_v") is not None:
@@ -79,9 +74,12 @@ def check_onnx_cached(m: Match) -> str | None:
 def check_onnx_alibi(m: Match) -> str | None:
     """``check_alibi`` (BLOOM's folded heads, the ALiBi bias), then what ONNX Attention needs: a
     positive scale, and float32 unless the mask holds only 0 and -inf (as ``check_onnx_cached``)."""
-    why = check_alibi(m)
-    if why:
-        return why
+    return check_alibi(m) or _mask_and_scale(m)
+
+
+def _mask_and_scale(m: Match) -> str | None:
+    """What ONNX Attention needs of a cached or ALiBi match: a positive scale, and float32 unless the
+    mask holds only 0 and -inf."""
     if m.extra["dtype"] != TensorProto.FLOAT and m.get("mask") and not _float16_safe(m.graph, m["mask"]):
         return ("q is float16 and the mask may hold finite values: onnxruntime's Attention rounds a fully masked "
                 "row's scores once where the graph rounds three times")
