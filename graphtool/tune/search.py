@@ -357,6 +357,7 @@ class _Search:
             return self._original()
         win = pick[0]
         gap = self.aa_gap.get(final_stage or "", 0.0)
+        win, pick = self._prefer_defaults(win, pick, gap)
         if gap:
             self.findings.append(f"A/A control: two sessions of the original under ORT's defaults differed by "
                                  f"{gap:.1%} in the final batch; a win must be larger")
@@ -396,6 +397,23 @@ class _Search:
         speedup, conf = (done.ratio, done.confidence) if done is not None and done.kept else (win.speedup, win.confidence)
         return TuneResult(win.candidate, self.baseline, speedup, conf, runner_conf, self.rows, self.kernels,
                           self.findings, self.skipped, self.failed, self.clock() - self.start, done)
+
+    def _prefer_defaults(self, win: Row, pick: list[Row], gap: float) -> tuple[Row, list[Row]]:
+        """The same rewrite set at onnxruntime's defaults (level all, nothing disabled) when the
+        winner's settings beat it by no more than two sessions of one configuration differ: a
+        setting people do not run must earn its place (6-layer Llama, huge pages, sessions 0-1 %
+        apart: "level 2 | ORT extended" won a race by noise and ran 1.5 % behind level 2 at ORT all)."""
+        plain = OrtSettings("all", (), win.candidate.ort.threads)
+        if win.candidate.ort == plain or win.candidate == self.baseline:
+            return win, pick
+        default = next((r for r in pick if r.candidate.rewrite == win.candidate.rewrite and r.candidate.ort == plain),
+                       None)
+        if default is None or win.speedup > default.speedup * (1 + max(gap, SPREAD_FLOOR)):
+            return win, pick
+        self.findings.append(f"{win.candidate.label()} measured {win.speedup / default.speedup:.3f}x of "
+                             f"{default.candidate.label()}, inside the {max(gap, SPREAD_FLOOR):.1%} two sessions of one "
+                             "configuration differ by: onnxruntime's defaults kept")
+        return default, [default] + [r for r in pick if r is not default]
 
     def _original(self) -> TuneResult:
         """The original kept without a race row of its own to report (speed-up 1, confidence 0.5)."""

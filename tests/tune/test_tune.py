@@ -485,3 +485,19 @@ def test_no_attention_variant_where_level_2_makes_no_packed_attention() -> None:
     timer = FakeTimer(clock, lambda c: 10e-3, kernels={"MultiHeadAttention": _kernel(1e-4, 1e-4)})
     tune(timer, _always_ok, clock, budget=1000, threads=1, cores=1)
     assert not any(c.rewrite.extra for c in timer.timed)
+
+
+def test_a_setting_that_wins_by_less_than_the_session_noise_gives_way_to_the_defaults() -> None:
+    """Level 2 at ORT extended 0.3 % ahead of level 2 at ORT all: inside any A/A gap, so the
+    defaults are what tune hands over (a non-default setting must earn its place)."""
+    clock = FakeClock()
+
+    def latency(c: Candidate) -> float:
+        ms = {0: 10.0, 1: 9.0, 2: 8.0}[c.rewrite.level]
+        ms *= 0.997 if c.ort.level == "extended" else 1.0
+        ms += 1.0 if c.ort.level == "basic" else 0.0
+        return ms / 1000
+
+    result = tune(FakeTimer(clock, latency), _always_ok, clock, budget=1000, threads=1, cores=1)
+    assert result.winner.rewrite.level == 2 and result.winner.ort == OrtSettings("all", (), 1)
+    assert any("onnxruntime's defaults kept" in f for f in result.findings)
