@@ -102,6 +102,24 @@ class _Died(Exception):
     pass
 
 
+class _Stopped(Exception):
+    """``stop`` ran while ``start`` was starting the child."""
+
+
+def _end(proc: subprocess.Popen | None, log: Any) -> None:
+    if proc is not None:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+    if log is not None:
+        log.close()
+
+
 class _Worker:
     """The child process and its pipes; ``call`` restarts it after a crash, a limit or a timeout."""
 
@@ -111,15 +129,30 @@ class _Worker:
         # one request at a time on the pipe: verification's reference may run in a background
         # thread (``verify.ReferenceJob``) while the passes fold constants in the main one
         self.lock = threading.RLock()
+        # ``stop`` runs from any thread without ``lock`` (``cancel``, ``configure``): this one guards
+        # only the swaps of ``proc``/``log``/``stops``, never a wait
+        self._state = threading.Lock()
         self.proc: subprocess.Popen | None = None
         self.log = None
         self.generation = 0  # bumped at every start: sessions of an older child are gone
+        self.stops = 0  # bumped at every stop: a start that saw another number was cancelled
+        self.retired = False  # replaced in ``_WORKERS`` (``Background.cancel``): it starts no child again
         self.closing: list[int] = []  # session ids to drop in the child with the next request
 
-    def start(self) -> None:
-        self.generation += 1
-        self.closing = []
-        self.log = tempfile.TemporaryFile()
+    def start(self, ticket: int | None = None) -> None:
+        """Start a child; ``_Stopped`` if ``stop`` ran since ``ticket`` (default: since now).
+
+        The new child and its log stay this thread's until they are published, under ``_state``:
+        a ``stop`` from another thread meanwhile never closes the log Popen is handing to the child
+        as its stderr. (It did: the freed fd number went to Popen's exec-error pipe, the child got
+        that pipe's write end as its fd 2 and kept it across exec, and Popen waited for its EOF
+        forever, holding ``lock``: the next command's ``prewarm`` hung behind it.)"""
+        with self._state:
+            if ticket is None:
+                ticket = self.stops
+            if self.retired or ticket != self.stops:
+                raise _Stopped()
+        log = tempfile.TemporaryFile()
         # one thread for OpenMP and numpy's OpenBLAS: the child's BLAS threads only spun (1.5% of
         # a session build's CPU), and ORT's own pools are set per session
         env = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", **os.environ}
@@ -128,31 +161,36 @@ class _Worker:
             env["TMPDIR"] = _START_TMPDIR
         if self.fast_malloc:
             env = with_fast_malloc(env)
-        self.proc = subprocess.Popen([sys.executable, "-m", "graphtool.runtime.sandbox", str(CONFIG.memory)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                     env=env, close_fds=True)
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "graphtool.runtime.sandbox", str(CONFIG.memory)],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                    env=env, close_fds=True)
+        except BaseException:
+            log.close()
+            raise
+        with self._state:
+            stale = self.retired or ticket != self.stops
+            if not stale:
+                self.generation += 1
+                self.closing = []
+                self.proc, self.log = proc, log
+        if stale:  # stopped while it started (``cancel``): this child is nobody's
+            _end(proc, log)
+            raise _Stopped()
         if self.nice:  # after the start: preexec_fn is unsafe while other threads run
             try:
-                os.setpriority(os.PRIO_PROCESS, self.proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + self.nice)
+                os.setpriority(os.PRIO_PROCESS, proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + self.nice)
             except OSError:
                 pass
 
     def stop(self) -> None:
-        # ``cancel`` stops a child from another thread than the one calling it: take the handles
-        # first, so two stops never touch one half-closed process
-        proc, self.proc = self.proc, None
-        log, self.log = self.log, None
-        if proc is not None:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            for stream in (proc.stdin, proc.stdout):
-                try:
-                    stream.close()
-                except OSError:
-                    pass
-        if log is not None:
-            log.close()
+        """End the child; safe from any thread, with or without ``lock`` (``cancel`` stops a child
+        another thread is calling or starting: that call or start fails at once)."""
+        with self._state:
+            self.stops += 1
+            proc, self.proc = self.proc, None
+            log, self.log = self.log, None
+        _end(proc, log)
 
     def call(self, what: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         with self.lock:
@@ -162,7 +200,10 @@ class _Worker:
         current = self.proc
         if current is None or current.poll() is not None:
             self.stop()
-            self.start()
+            try:
+                self.start()
+            except _Stopped:
+                raise LimitHit(f"onnxruntime's child was stopped {what}") from None
         proc = self.proc  # ``cancel`` may stop the child from another thread: this call keeps its own handle
         assert proc is not None
         closing, self.closing = self.closing, []
@@ -239,11 +280,10 @@ class _Worker:
         return LimitHit(f"onnxruntime crashed {what} ({reason}{': ' + tail if tail else ''})")
 
 
-_WORKER = _Worker()
 # Children beside the main one, by job: verification's reference (``verify.ReferenceJob``) and
 # compare's ORT optimizer run in their own while the passes fold constants in the main one, so
 # none waits for another's minutes-long session build on a huge graph. Each has the same limits.
-_WORKERS: dict[str, _Worker] = {"main": _WORKER}
+_WORKERS: dict[str, _Worker] = {"main": _Worker()}
 OWN_CHILD_NODES = 20_000  # a smaller model's jobs share the main child: a second one's start (~0.3 s) would not pay
 
 
@@ -270,7 +310,7 @@ _LOCAL = threading.local()
 
 
 def _current() -> _Worker:
-    return getattr(_LOCAL, "worker", _WORKER)
+    return getattr(_LOCAL, "worker", None) or _WORKERS["main"]
 
 
 @contextlib.contextmanager
@@ -284,7 +324,7 @@ def child(name: str) -> Iterator[None]:
     try:
         yield
     finally:
-        _LOCAL.worker = previous if previous is not None else _WORKER
+        _LOCAL.worker = previous
 
 
 class Background:
@@ -330,6 +370,13 @@ class Background:
         if worker is not None:
             worker.stop()
         thread.join(wait)
+        if worker is not None and thread.is_alive() and _WORKERS.get(self._child) is worker:
+            # stuck past its child's stop: the next command gets a fresh worker, never a lock
+            # this thread may hold forever; the old one starts no child again
+            _WORKERS[self._child] = _Worker(worker.nice, worker.fast_malloc)
+            with worker._state:
+                worker.retired = True
+            worker.stop()
 
 
 _RUNNING: "weakref.WeakSet[Background]" = weakref.WeakSet()
@@ -360,11 +407,18 @@ def prewarm() -> None:
     if enabled():
         if not CONFIG.memory:
             configure()
-        with _WORKER.lock:
-            current = _WORKER.proc
+        worker = _WORKERS["main"]
+        # never waits: whoever holds the lock is calling the child, and starts it if it is not running
+        if not worker.lock.acquire(blocking=False):
+            return
+        try:
+            current = worker.proc
             if current is None or current.poll() is not None:
-                _WORKER.stop()
-                _WORKER.start()
+                worker.stop()
+                with contextlib.suppress(_Stopped):  # stopped meanwhile from another thread: the next call starts it
+                    worker.start()
+        finally:
+            worker.lock.release()
 
 
 def shutdown() -> None:

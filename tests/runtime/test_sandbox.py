@@ -143,3 +143,81 @@ def test_named_children_are_separate_processes_and_sessions_stay_in_theirs(monke
     assert out and out[0][0].shape == tuple(session.get_outputs()[0].shape)
     sandbox.shutdown()  # stops every child
     assert all(w.proc is None for w in sandbox._WORKERS.values())
+
+
+def test_a_stop_while_the_child_starts_fails_that_start_and_never_hangs_it(monkeypatch):
+    """``Background.cancel`` stops a worker from the main thread while the job's thread may be
+    inside ``Popen`` starting its child. That stop once closed the child's log after Popen had
+    taken its fd as the child's stderr: the fd number went to Popen's exec-error pipe, the child
+    kept that pipe's write end as its fd 2 across exec, and Popen waited for its EOF forever
+    holding the worker's lock (tests/bad_inputs hung 30 min, the next command's prewarm behind
+    it). Here the stop lands at that moment, with a lower fd freed beside it as a busy process
+    frees them: the start fails at once, no child is left, and the worker starts afresh."""
+    import subprocess
+    import threading
+
+    worker = sandbox._Worker()
+    inside, resume = threading.Event(), threading.Event()
+    real = subprocess.Popen._execute_child
+
+    def paused(self, *args, **kwargs):  # after Popen took its fds, before its exec-error pipe
+        if threading.current_thread().name == "starting":
+            inside.set()
+            resume.wait(10)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", paused)
+    spare = os.open(os.devnull, os.O_RDONLY)  # the child's log opens just above it
+    outcome: list = []
+
+    def starting():
+        try:
+            outcome.append(worker.call("testing", _pid, (), {}))
+        except Exception as err:  # noqa: BLE001 - the test looks at it
+            outcome.append(err)
+
+    thread = threading.Thread(target=starting, name="starting", daemon=True)
+    thread.start()
+    assert inside.wait(10)
+    os.close(spare)
+    worker.stop()  # what cancel does, from another thread, without the lock
+    resume.set()
+    thread.join(20)
+    assert not thread.is_alive(), "the start hung in Popen after a concurrent stop"
+    assert len(outcome) == 1 and isinstance(outcome[0], sandbox.LimitHit), outcome
+    assert str(outcome[0]) == "onnxruntime's child was stopped testing"
+    assert worker.proc is None and worker.log is None  # the child it started is gone, not published
+    monkeypatch.undo()
+    assert worker.call("testing", _pid, (), {}) != os.getpid()  # the next call starts a fresh child
+    worker.stop()
+
+
+def test_a_background_stuck_past_its_cancel_never_blocks_the_next_command(monkeypatch):
+    """Whatever keeps a job's thread from stopping, the next command must not wait on a lock that
+    thread holds: ``cancel`` gives up on it after its wait, the name gets a fresh worker (so
+    ``prewarm`` and calls go on), and the old worker starts no child again."""
+    import threading
+
+    monkeypatch.setattr(sandbox, "SESSIONS", True)
+    holding, release = threading.Event(), threading.Event()
+
+    def stuck():
+        with sandbox._current().lock:  # a call that never returns, as the hung Popen was
+            holding.set()
+            release.wait(60)
+            return sandbox.call("testing", _pid)
+
+    job = sandbox.Background(stuck)
+    assert holding.wait(10)
+    done: list = []
+    try:
+        job.cancel(wait=0.5)
+        nxt = threading.Thread(target=lambda: (sandbox.prewarm(), done.append(sandbox.call("testing", _pid))),
+                               daemon=True)
+        nxt.start()
+        nxt.join(30)
+    finally:
+        release.set()
+    assert done and done[0] != os.getpid(), "the next command waited on the stuck job's lock"
+    with pytest.raises(sandbox.LimitHit, match="onnxruntime's child was stopped testing"):
+        job.result()
