@@ -139,8 +139,8 @@ class _Worker:
         self.retired = False  # replaced in ``_WORKERS`` (``Background.cancel``): it starts no child again
         self.closing: list[int] = []  # session ids to drop in the child with the next request
 
-    def start(self, ticket: int | None = None) -> None:
-        """Start a child; ``_Stopped`` if ``stop`` ran since ``ticket`` (default: since now).
+    def start(self, ticket: int | None = None) -> subprocess.Popen:
+        """Start a child and return it; ``_Stopped`` if ``stop`` ran since ``ticket`` (default: since now).
 
         The new child and its log stay this thread's until they are published, under ``_state``:
         a ``stop`` from another thread meanwhile never closes the log Popen is handing to the child
@@ -182,6 +182,7 @@ class _Worker:
                 os.setpriority(os.PRIO_PROCESS, proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + self.nice)
             except OSError:
                 pass
+        return proc
 
     def stop(self) -> None:
         """End the child; safe from any thread, with or without ``lock`` (``cancel`` stops a child
@@ -197,15 +198,14 @@ class _Worker:
             return self._call(what, fn, args, kwargs)
 
     def _call(self, what: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        current = self.proc
-        if current is None or current.poll() is not None:
+        # ``cancel`` may stop the child from another thread: this call keeps its own handle
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
             self.stop()
             try:
-                self.start()
+                proc = self.start()
             except _Stopped:
                 raise LimitHit(f"onnxruntime's child was stopped {what}") from None
-        proc = self.proc  # ``cancel`` may stop the child from another thread: this call keeps its own handle
-        assert proc is not None
         closing, self.closing = self.closing, []
         request = pickle.dumps((closing, fn.__module__, fn.__qualname__, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
         try:
