@@ -262,6 +262,7 @@ class _Search:
                                  "(its kernel measured slower); stage 2 tries them with it enabled too")
         rows = self.measure("rewrite sets", [Candidate(s, ort) for s in unique.values()])
         ranked = list(dict.fromkeys(r.candidate.rewrite for r in rows)) or [self.baseline.rewrite]
+        ranked = self._plain_first(ranked, rows)
         kept: list[RewriteSet] = []
         for rewrite in ranked:
             if len(kept) >= KEEP_REWRITE_SETS:
@@ -278,6 +279,19 @@ class _Search:
                 self.verified.add(rewrite)
             kept.append(rewrite)
         return kept
+
+    def _plain_first(self, ranked: list[RewriteSet], rows: list[Row]) -> list[RewriteSet]:
+        """``ranked`` with a level as it is (no family off, no variant) moved ahead of the sets that
+        beat it by no more than the batch's A/A gap: ties go to the plainer rewrite (``_prefer_defaults``)."""
+        if not rows:
+            return ranked
+        gap = max(self.aa_gap.get("rewrite sets", 0.0), SPREAD_FLOOR)
+        best = max(r.speedup for r in rows)
+        for row in rows:
+            r = row.candidate.rewrite
+            if r.level and not r.skip and not r.extra and row.speedup * (1 + gap) >= best and r in ranked:
+                return [r] + [x for x in ranked if x != r]
+        return ranked
 
     def ort_stage(self, kept: list[RewriteSet], slower: set[str]) -> None:
         """Stage 2: onnxruntime levels and disabled fusions on the kept rewrite sets."""
@@ -399,21 +413,30 @@ class _Search:
                           self.findings, self.skipped, self.failed, self.clock() - self.start, done)
 
     def _prefer_defaults(self, win: Row, pick: list[Row], gap: float) -> tuple[Row, list[Row]]:
-        """The same rewrite set at onnxruntime's defaults (level all, nothing disabled) when the
-        winner's settings beat it by no more than two sessions of one configuration differ: a
-        setting people do not run must earn its place (6-layer Llama, huge pages, sessions 0-1 %
-        apart: "level 2 | ORT extended" won a race by noise and ran 1.5 % behind level 2 at ORT all)."""
-        plain = OrtSettings("all", (), win.candidate.ort.threads)
-        if win.candidate.ort == plain or win.candidate == self.baseline:
+        """The plainer candidate when the winner beats it by no more than two sessions of one
+        configuration differ: first the same rewrite set at onnxruntime's defaults (level all,
+        nothing disabled), then the rewrite set's level as it is (no family off, no variant) at
+        those defaults. A choice people do not make by default must earn its place (6-layer Llama,
+        huge pages, sessions 0-2 % apart: "level 2 | ORT extended" and "level 2, GELU off | ORT
+        extended" each won a race by noise and ran 0.1-1.5 % behind level 2 at ORT all)."""
+        plain_ort = OrtSettings("all", (), win.candidate.ort.threads)
+        if win.candidate == self.baseline:
             return win, pick
-        default = next((r for r in pick if r.candidate.rewrite == win.candidate.rewrite and r.candidate.ort == plain),
-                       None)
-        if default is None or win.speedup > default.speedup * (1 + max(gap, SPREAD_FLOOR)):
-            return win, pick
-        self.findings.append(f"{win.candidate.label()} measured {win.speedup / default.speedup:.3f}x of "
-                             f"{default.candidate.label()}, inside the {max(gap, SPREAD_FLOOR):.1%} two sessions of one "
-                             "configuration differ by: onnxruntime's defaults kept")
-        return default, [default] + [r for r in pick if r is not default]
+        bar = 1 + max(gap, SPREAD_FLOOR)
+
+        def plainer(row: Row) -> bool:
+            r, w = row.candidate.rewrite, win.candidate.rewrite
+            if row.candidate.ort != plain_ort or row is win:
+                return False
+            return r == w or (r.level == w.level and not r.skip and not r.extra and (w.skip or w.extra))
+
+        for row in sorted((r for r in pick if plainer(r)), key=lambda r: bool(r.candidate.rewrite != win.candidate.rewrite)):
+            if win.speedup <= row.speedup * bar:
+                self.findings.append(f"{win.candidate.label()} measured {win.speedup / row.speedup:.3f}x of "
+                                     f"{row.candidate.label()}, inside the {bar - 1:.1%} two sessions of one "
+                                     "configuration differ by: the plainer choice kept")
+                return row, [row] + [r for r in pick if r is not row]
+        return win, pick
 
     def _original(self) -> TuneResult:
         """The original kept without a race row of its own to report (speed-up 1, confidence 0.5)."""
