@@ -249,6 +249,16 @@ class OrtTimer:
                       optimized_path=out)
         return set(_op_counts(onnx.load(out, load_external_data=False)))
 
+    def same_graph(self, a: Candidate, b: Candidate) -> bool:
+        return self._ran(a) == self._ran(b)
+
+    def _ran(self, candidate: Candidate) -> Counter:
+        """(op type, domain) → count in the graph onnxruntime runs for ``candidate``."""
+        out = os.path.join(self.workdir, "ort_ran.onnx")
+        tuned_session(self.path(candidate.rewrite), candidate.ort.level, tuple(candidate.ort.optimizer_names()), 1,
+                      optimized_path=out)
+        return Counter((n.op_type, n.domain) for n in onnx.load(out, load_external_data=False).graph.node)
+
     # ------------------------------------------------------------------------------- kernels
 
     def kernels(self, threads: int, seconds: float) -> dict[str, tuple[str, list[float], list[float]]]:

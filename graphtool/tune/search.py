@@ -316,7 +316,13 @@ class _Search:
             candidates.append(Candidate(rewrite, OrtSettings("all", (), t)))
             if off:
                 candidates += [Candidate(rewrite, OrtSettings("all", off, t)), Candidate(rewrite, OrtSettings("extended", off, t))]
-            candidates.append(Candidate(rewrite, OrtSettings("extended", (), t)))
+            extended, plain = Candidate(rewrite, OrtSettings("extended", (), t)), Candidate(rewrite, OrtSettings("all", (), t))
+            if self._same_graph(extended, plain):
+                # a decoder's graph at ORT extended is its graph at all (no convolution to lay out):
+                # raced, the two differ by session noise and the race crowns either one
+                self.skipped.append(f"{rewrite.name}: ORT extended not raced (onnxruntime runs the same graph at all)")
+            else:
+                candidates.append(extended)
             for name in firing:
                 if name in off:
                     continue
@@ -341,6 +347,16 @@ class _Search:
             if len(winners) > 1:
                 combos.append(Candidate(rewrite, OrtSettings("all", tuple(winners), self.threads)))
         self.combos = combos
+
+    def _same_graph(self, a: Candidate, b: Candidate) -> bool:
+        """The timer's verdict, False when it cannot tell (a timer without the check, a session that fails)."""
+        check = getattr(self.timer, "same_graph", None)
+        if check is None or self.clock() >= self.stage_end("onnxruntime settings"):
+            return False
+        try:
+            return bool(check(a, b))
+        except Exception:  # noqa: BLE001 - unknown is "not the same": both are raced, as before
+            return False
 
     def thread_stage(self) -> None:
         """Stage 3: threads for the best so far, with the runners-up, in one final batch."""

@@ -141,6 +141,11 @@ class Timer(Protocol):
         """The op types onnxruntime runs for ``candidate`` (its model after ORT's own optimizations)."""
         ...
 
+    def same_graph(self, a: Candidate, b: Candidate) -> bool:
+        """Whether onnxruntime runs the same nodes for ``a`` and ``b`` (same op types, same counts):
+        two settings that run one graph differ only by session noise, never worth a race."""
+        ...
+
     def capacity(self) -> int:
         """How many sessions of this model memory holds at once (the search opens no more)."""
         ...

@@ -517,3 +517,18 @@ def test_a_family_switched_off_by_less_than_the_session_noise_gives_way_to_the_p
     result = tune(FakeTimer(clock, latency, kernels=kernels), _always_ok, clock, budget=1000, threads=1, cores=1)
     assert result.winner.rewrite.level == 2 and not result.winner.rewrite.skip, result.winner.label()
     assert result.winner.ort == OrtSettings("all", (), 1)
+
+
+def test_an_ort_level_that_runs_the_same_graph_is_not_raced() -> None:
+    """ORT extended runs what ORT all runs (a decoder: nothing to lay out): only the defaults race."""
+    clock = FakeClock()
+
+    def latency(c: Candidate) -> float:
+        return ({0: 10.0, 1: 9.0, 2: 8.0}[c.rewrite.level] * (0.99 if c.ort.level == "extended" else 1.0)) / 1000
+
+    timer = FakeTimer(clock, latency)
+    timer.same_graph = lambda a, b: a.rewrite == b.rewrite and {a.ort.level, b.ort.level} <= {"all", "extended"}
+    result = tune(timer, _always_ok, clock, budget=1000, threads=1, cores=1)
+    assert not any(c.ort.level == "extended" for c in timer.timed)
+    assert result.winner.ort == OrtSettings("all", (), 1) and result.winner.rewrite.level == 2
+    assert any("ORT extended not raced" in s for s in result.skipped)
