@@ -532,3 +532,21 @@ def test_an_ort_level_that_runs_the_same_graph_is_not_raced() -> None:
     assert not any(c.ort.level == "extended" for c in timer.timed)
     assert result.winner.ort == OrtSettings("all", (), 1) and result.winner.rewrite.level == 2
     assert any("ORT extended not raced" in s for s in result.skipped)
+
+
+def test_a_variant_that_won_its_race_by_its_session_must_beat_the_plain_level_in_fresh_sessions() -> None:
+    """"GELU off" ran 3 % faster in its race session (replica 0) and 2 % slower in every fresh one:
+    the race's winner's curse; the fresh sessions against plain level 2 catch it."""
+    clock = FakeClock()
+
+    def latency(c: Candidate) -> float:
+        ms = {0: 10.0, 1: 9.0, 2: 8.0}[c.rewrite.level]
+        if "ort-quick-gelu" in c.rewrite.skip:
+            ms *= 0.97 if c.replica == 0 else 1.02
+        ms += 1.0 if c.ort.level != "all" else 0.0
+        return ms / 1000
+
+    kernels = {"QuickGelu": _kernel(1.1e-4, 1e-4)}
+    result = tune(FakeTimer(clock, latency, kernels=kernels), _always_ok, clock, budget=1000, threads=1, cores=1)
+    assert result.winner.rewrite.level == 2 and not result.winner.rewrite.skip, result.winner.label()
+    assert any("in fresh sessions" in f and "the plain level goes on" in f for f in result.findings), result.findings
