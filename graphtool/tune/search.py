@@ -29,7 +29,9 @@ between batches. "Faster" is a median comparison with a paired bootstrap confide
 ``replace_rounds`` rounds, and by more than the A/A control shows: a second session of the baseline
 in every round, whose gap to the first is the session-to-session noise the bootstrap cannot see.
 
-4. confirmation — a winner other than the original must win once more, in sessions none of the
+4. confirmation — a winner with a family off, another fusion form or non-default ORT settings
+   must first beat its plain level at ORT's defaults in fresh sessions (``_against_plain``); then
+   a winner other than the original must win once more, in sessions none of the
    races opened: the winner and the original under onnxruntime's defaults, two sessions each,
    interleaved (graphtool.tune.race.confirm). One A/A pair does not bound how far sessions of one
    model and settings sit apart, and the winner of a race among many candidates is partly the one
