@@ -244,10 +244,7 @@ class OrtTimer:
     def ops(self, candidate: Candidate) -> set[str]:
         """The op types onnxruntime runs for ``candidate``: its model as ORT optimized it at the
         candidate's level with its disabled fusions (ORT saves the optimized graph)."""
-        out = os.path.join(self.workdir, "ort_ops.onnx")
-        tuned_session(self.path(candidate.rewrite), candidate.ort.level, tuple(candidate.ort.optimizer_names()), 1,
-                      optimized_path=out)
-        return set(_op_counts(onnx.load(out, load_external_data=False)))
+        return {op for op, _domain in self._ran(candidate)}
 
     def same_graph(self, a: Candidate, b: Candidate) -> bool:
         return self._ran(a) == self._ran(b)

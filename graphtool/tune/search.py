@@ -291,7 +291,7 @@ class _Search:
         best = max(r.speedup for r in rows)
         for row in rows:
             r = row.candidate.rewrite
-            if r.level and not r.skip and not r.extra and row.speedup * (1 + gap) >= best and r in ranked:
+            if r.level and r.plain and row.speedup * (1 + gap) >= best and r in ranked:
                 return [r] + [x for x in ranked if x != r]
         return ranked
 
@@ -448,7 +448,7 @@ class _Search:
             r, w = row.candidate.rewrite, win.candidate.rewrite
             if row.candidate.ort != plain_ort or row is win:
                 return False
-            return r == w or (r.level == w.level and not r.skip and not r.extra and (w.skip or w.extra))
+            return r == w or (r.level == w.level and r.plain and not w.plain)
 
         for row in sorted((r for r in pick if plainer(r)), key=lambda r: bool(r.candidate.rewrite != win.candidate.rewrite)):
             if win.speedup <= row.speedup * bar:
@@ -469,11 +469,11 @@ class _Search:
         and the confirmation against the original after it."""
         rewrite = win.candidate.rewrite
         plain_ort = OrtSettings("all", (), win.candidate.ort.threads)
-        if rewrite.level == 0 or (not rewrite.skip and not rewrite.extra and win.candidate.ort == plain_ort):
+        if rewrite.level == 0 or (rewrite.plain and win.candidate.ort == plain_ort):
             return win, pick
         plains = [r for r in self.rows if r.status == "measured" and r.candidate.replica == 0
-                  and r.candidate.rewrite.level == rewrite.level and not r.candidate.rewrite.skip
-                  and not r.candidate.rewrite.extra and r.candidate != win.candidate]
+                  and r.candidate.rewrite.level == rewrite.level and r.candidate.rewrite.plain
+                  and r.candidate != win.candidate]
         # at ORT's defaults where it was measured so (else as the rewrite sets were ranked)
         plain = next((r for r in reversed(plains) if r.candidate.ort == plain_ort), plains[-1] if plains else None)
         end = self.start + self.budget

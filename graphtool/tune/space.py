@@ -78,6 +78,11 @@ class RewriteSet:
     skip: tuple[str, ...] = ()
     extra: tuple[str, ...] = ()
 
+    @property
+    def plain(self) -> bool:
+        """A level as it is: no family switched off, no other form of a fusion (tune's ties go to it)."""
+        return not self.skip and not self.extra
+
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "level": self.level, "skip": list(self.skip), "extra": list(self.extra)}
 
