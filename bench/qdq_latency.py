@@ -1,20 +1,18 @@
-"""Latency of QDQ CNNs: graphtool level 2 --target ort under onnxruntime *basic* vs the original under
-onnxruntime *all* (issue 34: within 3% or faster).
+"""Latency of QDQ CNNs: graphtool level 2 and level 3 --target ort under onnxruntime *basic* vs the
+original under onnxruntime *all* (issue 34: within 3% or faster), beside the original under *extended*.
 
-    .venv/bin/python bench/qdq_latency.py [--models a,b] [--runs 60] [--rounds 5] [--extra] [--dir ...]
+    .venv/bin/python bench/qdq_latency.py [--models a,b] [--runs 60] [--rounds 5] [--dir ...]
 
 One process, one intra-op thread. Per model the sessions are created, outputs compared, then
-warmed up and run **interleaved** (A, B, A, B, ...) ``--runs`` times per round on one random input,
-so load from other processes falls on all alike; each round starts the rotation with another contender. Per round the medians of wall time
-(``perf_counter``) and of this process's CPU time (``process_time``, what the run cost us on a
-shared machine) give a ratio contender/original-under-all (< 1 is faster); the table shows the
-median ratio over ``--rounds`` rounds and its range, so a reader sees the spread, not one draw.
-``--sessions N`` opens N sessions per contender and runs them in turn (two sessions of one file can
-differ by 10-50 % for a whole run). ``--extra`` adds two contenders to the same interleaved run: graphtool L2 ort without the
-channels-last pass (``--skip ort-qdq-nhwc``) under ORT basic, and the original under ORT extended. ``--nhwc``
-adds graphtool L2 ort with the channels-last pass's gates off (the dense-kernel share and the one
-node the layout may add: channels-last wherever the pass can convert) under ORT basic: what the
-gates' refusals cost, beside the nodes that form has.
+warmed up and run **interleaved** (A, B, C, D, A, ...) ``--runs`` times per round on one random input,
+so load from other processes falls on all alike; each round starts the rotation with another contender.
+Per round the medians of wall time (``perf_counter``) and of this process's CPU time (``process_time``,
+what the run cost us on a shared machine) give a ratio contender/original-under-all (< 1 is faster); the
+table shows the median ratio over ``--rounds`` rounds and its range, so a reader sees the spread, not one
+draw. ``--sessions N`` opens N sessions per contender and runs them in turn (two sessions of one file can
+differ by 10-50 % for a whole run). Contenders: graphtool level 2 (ORT extended's NCHW kernels, channels-last
+only where it adds no node) and level 3 (the channels-last layout) under ORT basic, and the original under
+ORT extended (what level 2 mirrors).
 Default rows: the corpus's QDQ CNNs but BERT and the light_* models (IR < 4: their initializers are
 also graph inputs, which one random feed does not cover).
 """
@@ -51,16 +49,8 @@ def _session(path: str, level: str):
     return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
 
-def _optimized(path: str, out: str, skip: tuple[str, ...] = (), nhwc: bool = False) -> tuple[int, int]:
-    from graphtool.passes import ort_qdq_layout
-
-    gates = ort_qdq_layout.DENSE_SHARE, ort_qdq_layout.MAX_ADDED
-    if nhwc:
-        ort_qdq_layout.DENSE_SHARE, ort_qdq_layout.MAX_ADDED = 0.0, 1 << 30
-    try:
-        model, report, _ = optimize(io.load(path), level=2, target="ort", skip=skip, in_place=True)
-    finally:
-        ort_qdq_layout.DENSE_SHARE, ort_qdq_layout.MAX_ADDED = gates
+def _optimized(path: str, out: str, level: int) -> tuple[int, int]:
+    model, report, _ = optimize(io.load(path), level=level, target="ort", in_place=True)
     io.save(model, out)
     return report.nodes_before, report.nodes_after
 
@@ -98,20 +88,18 @@ class _Sessions:
         return self.sessions[0].get_inputs()
 
 
-def measure(name: str, path: str, runs: int, rounds: int, tmp: str, extra: bool, sessions: int = 1,
-            nhwc: bool = False) -> dict:
-    gt = os.path.join(tmp, name + ".gt.onnx")
-    nodes = _optimized(path, gt)
-    contenders = {"orig@all": _Sessions(path, "all", sessions), "gt@basic": _Sessions(gt, "basic", sessions)}
-    if extra:
-        plain = os.path.join(tmp, name + ".gt-nchw.onnx")
-        nodes_nchw = _optimized(path, plain, skip=("ort-qdq-nhwc",))
-        contenders["gt-nchw@basic"] = _Sessions(plain, "basic", sessions)
-        contenders["orig@extended"] = _Sessions(path, "extended", sessions)
-    if nhwc:
-        forced = os.path.join(tmp, name + ".gt-nhwc.onnx")
-        nodes_nhwc = _optimized(path, forced, nhwc=True)
-        contenders["gt-nhwc@basic"] = _Sessions(forced, "basic", sessions)
+CONTENDERS = {"gt-L2@basic": 2, "gt-L3@basic": 3, "orig@extended": 0}
+
+
+def measure(name: str, path: str, runs: int, rounds: int, tmp: str, sessions: int = 1) -> dict:
+    contenders = {"orig@all": _Sessions(path, "all", sessions)}
+    nodes: dict[str, int] = {}
+    for key, level in CONTENDERS.items():
+        out = path
+        if level:
+            out = os.path.join(tmp, f"{name}.L{level}.onnx")
+            nodes["before"], nodes[key] = _optimized(path, out, level)
+        contenders[key] = _Sessions(out, "basic" if level else "extended", sessions)
     feed = _feed(contenders["orig@all"])
     ref = contenders["orig@all"].run(None, feed)
     diffs = {k: _max_abs(ref, s.run(None, feed)) for k, s in contenders.items()}
@@ -139,12 +127,7 @@ def measure(name: str, path: str, runs: int, rounds: int, tmp: str, extra: bool,
         for k in ratios:
             ratios[k]["wall"].append(med[k] / med["orig@all"])
             ratios[k]["cpu"].append(cmed[k] / cmed["orig@all"])
-    result = {"model": name, "nodes": list(nodes), "max_abs": diffs, "ms": ms, "ratios": ratios}
-    if extra:
-        result["nodes_nchw"] = nodes_nchw[1]
-    if nhwc:
-        result["nodes_nhwc"] = nodes_nhwc[1]
-    return result
+    return {"model": name, "nodes": nodes, "max_abs": diffs, "ms": ms, "ratios": ratios}
 
 
 def _spread(values: list[float]) -> str:
@@ -157,8 +140,6 @@ def main() -> None:
     ap.add_argument("--models")
     ap.add_argument("--runs", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--extra", action="store_true")
-    ap.add_argument("--nhwc", action="store_true", help="add graphtool L2 ort with the channels-last gates off")
     ap.add_argument("--sessions", type=int, default=1, help="sessions per contender, run in turn")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -166,30 +147,21 @@ def main() -> None:
         index = json.load(handle)
     names = args.models.split(",") if args.models else [n for n, i in index.items() if i["kind"] == "qdq" and "bert" not in n and not n.startswith("light_")]
     print(f"{args.rounds} rounds × {args.runs} interleaved runs, {args.sessions} session(s) per contender in turn; "
-          "ratio = median over rounds (range)", flush=True)
-    head = "| model | nodes before → gt L2 ort | orig ORT all ms | gt L2 ort under ORT basic ms | wall ratio | cpu ratio | max abs |"
-    if args.extra:
-        head += " gt nchw nodes | gt nchw basic wall ratio | orig ORT extended wall ratio |"
-    if args.nhwc:
-        head += " gt nhwc nodes | gt nhwc basic wall ratio |"
+          "ratio = wall time / the original under ORT all, median over rounds (range)", flush=True)
+    head = ("| model | nodes before → gt L2 / L3 | orig ORT all ms | gt L2 @basic | gt L3 @basic | orig @extended "
+            "| L3 cpu ratio | max abs L2 / L3 |")
     print(head)
     print("|---" * (head.count("|") - 1) + "|")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            r = measure(name, os.path.join(args.dir, name + ".onnx"), args.runs, args.rounds, tmp, args.extra,
-                        args.sessions, args.nhwc)
+            r = measure(name, os.path.join(args.dir, name + ".onnx"), args.runs, args.rounds, tmp, args.sessions)
             rows.append(r)
-            g = r["ratios"]["gt@basic"]
-            line = (f"| {name} | {r['nodes'][0]} → {r['nodes'][1]} | {statistics.median(r['ms']['orig@all']):.2f} | "
-                    f"{statistics.median(r['ms']['gt@basic']):.2f} | {_spread(g['wall'])} | {_spread(g['cpu'])} | "
-                    f"{r['max_abs']['gt@basic']:.3g} |")
-            if args.extra:
-                line += (f" {r['nodes_nchw']} | {_spread(r['ratios']['gt-nchw@basic']['wall'])} | "
-                         f"{_spread(r['ratios']['orig@extended']['wall'])} |")
-            if args.nhwc:
-                line += f" {r['nodes_nhwc']} | {_spread(r['ratios']['gt-nhwc@basic']['wall'])} |"
-            print(line, flush=True)
+            n, q, d = r["nodes"], r["ratios"], r["max_abs"]
+            print(f"| {name} | {n['before']} → {n['gt-L2@basic']} / {n['gt-L3@basic']} | "
+                  f"{statistics.median(r['ms']['orig@all']):.2f} | {_spread(q['gt-L2@basic']['wall'])} | "
+                  f"{_spread(q['gt-L3@basic']['wall'])} | {_spread(q['orig@extended']['wall'])} | "
+                  f"{_spread(q['gt-L3@basic']['cpu'])} | {d['gt-L2@basic']:.3g} / {d['gt-L3@basic']:.3g} |", flush=True)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(rows, handle, indent=1)

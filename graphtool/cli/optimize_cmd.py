@@ -104,7 +104,8 @@ def _file_size(path: str) -> int:
 @click.argument("model_path", metavar="IN", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the result.")
 @click.option("--level", type=int, default=1, show_default=True,
-              help="1 cleanups+folds (ORT basic), 2 fusions (ORT extended). (3, ORT's layout level, is compare-only.)")
+              help="1 cleanups+folds (ORT basic), 2 fusions (ORT extended), 3 layout (ORT all: channels-last "
+                   "quantized kernels; --target ort).")
 @click.option("--target", type=click.Choice(["onnx", "ort"]), default="onnx", show_default=True,
               help="onnx: standard ops only; ort: also com.microsoft contrib ops.")
 @click.option("--passes", "only", help="Run only these passes (comma-separated; plugin passes too).")
@@ -143,11 +144,11 @@ def optimize_command(model_path: str, output: str, level: int, target: str, only
     from graphtool.errors import UsageError
     from graphtool.rewrite import explain as explaining
 
-    if level == 3:
-        raise UsageError("--level 3 is onnxruntime's layout level, which is hardware-specific: graphtool does not "
-                         "write it; use --level 2 (or `graphtool compare MODEL --levels 3` to see what ORT does)")
-    if level not in (1, 2):
-        raise UsageError(f"--level {level}: optimize has levels 1 and 2")
+    if level == 3 and target != "ort":
+        raise UsageError("--level 3 is onnxruntime's layout level (channels-last com.microsoft kernels): add "
+                         "--target ort, or use --level 2 for standard ops")
+    if level not in (1, 2, 3):
+        raise UsageError(f"--level {level}: optimize has levels 1, 2 and 3")
     if not force and same_file(model_path, output):
         # the original is the reference verification compares with and bisection replays from,
         # and its external weights are read lazily: writing over it must be asked for

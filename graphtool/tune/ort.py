@@ -246,6 +246,21 @@ class OrtTimer:
         candidate's level with its disabled fusions (ORT saves the optimized graph)."""
         return {op for op, _domain in self._ran(candidate)}
 
+    def same_rewrite(self, a: RewriteSet, b: RewriteSet) -> bool:
+        """Whether two rewrite sets wrote graphs of the same ops (level 3 is level 2 where no layout
+        changes; with --target onnx it runs level 2's passes and is not built at all)."""
+        def passes(rewrite: RewriteSet) -> list[str]:
+            skip = [p for p in rewrite.skip if p in self.known_passes]
+            return [c.name for c in select_passes(rewrite.level, self.target, skip=skip)] + list(rewrite.extra)
+
+        if passes(a) == passes(b):
+            return True
+
+        def ops(rewrite: RewriteSet) -> Counter:
+            graph = onnx.load(self.path(rewrite), load_external_data=False).graph
+            return Counter((n.op_type, n.domain) for n in graph.node)
+        return ops(a) == ops(b)
+
     def same_graph(self, a: Candidate, b: Candidate) -> bool:
         return self._ran(a) == self._ran(b)
 

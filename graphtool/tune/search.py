@@ -15,7 +15,8 @@ The search, each stage bounded by its share of ``--budget``:
    fused ops that measured slower are switched off together in one extra rewrite set, and their
    onnxruntime counterparts (SkipLayerNormalization → SkipLayerNormFusion) are disabled in stage 2.
 1. rewrite sets at onnxruntime's defaults less its fusions whose kernels measured slower (else it
-   re-fuses what a set left unfused): the original, levels 1 and 2, level 2 with each family off,
+   re-fuses what a set left unfused): the original, levels 1 and 2 (and 3 where it writes another
+   model: the channels-last quantized kernels of ``--target ort``), level 2 with each family off,
    level 2 with another form of a family's fusion (``VARIANTS``: attention as MultiHeadAttention
    on the unpacked projections); the best verified few go on.
 2. onnxruntime settings on those: levels, and ``disabled_optimizers`` for its fusions that fire on
@@ -235,6 +236,8 @@ class _Search:
         """Stage 1; returns the verified rewrite sets ranked best first (at most KEEP_REWRITE_SETS)."""
         present = {FUSED_OPS[k.op][0] for k in self.kernels if k.op in FUSED_OPS}
         sets = [RewriteSet("original"), RewriteSet("level 1", 1), RewriteSet("level 2", 2)]
+        if self._rewrites_differ(RewriteSet("level 3", 3), sets[-1]):  # --target ort: the channels-last layout
+            sets.append(RewriteSet("level 3", 3))
         for family, passes in FAMILIES.items():
             if self.kernels and family not in present:
                 continue  # the rewrite makes no op of this family: "off" is level 2 itself
@@ -349,6 +352,15 @@ class _Search:
             if len(winners) > 1:
                 combos.append(Candidate(rewrite, OrtSettings("all", tuple(winners), self.threads)))
         self.combos = combos
+
+    def _rewrites_differ(self, a: RewriteSet, b: RewriteSet) -> bool:
+        """The timer's verdict on whether two rewrite sets write different models (False when it cannot
+        tell: the set would only take a race's place to time the same graph twice)."""
+        check = getattr(self.timer, "same_rewrite", None)
+        try:
+            return check is not None and not check(a, b)
+        except Exception:  # noqa: BLE001 - a rewrite that fails to build is not raced
+            return False
 
     def _same_graph(self, a: Candidate, b: Candidate) -> bool:
         """The timer's verdict, False when it cannot tell (a timer without the check, a session that fails)."""

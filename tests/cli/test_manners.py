@@ -23,11 +23,14 @@ def test_optimize_refuses_to_overwrite_its_input_unless_forced(run_cli, tmp_path
     assert model.read_bytes() != before and "verification: outputs equal" in r.stdout
 
 
-def test_level_3_is_refused_with_a_reason(run_cli, tmp_path):
+def test_level_3_without_target_ort_is_refused_with_a_reason(run_cli, tmp_path):
     r = run_cli("optimize", os.path.join(FIXTURES, "conv_bn.onnx"), "-o", str(tmp_path / "o.onnx"), "--level", "3")
-    assert r.exit_code == 2 and "compare-only" not in r.stdout
-    assert r.stderr.startswith("graphtool: error: --level 3 is onnxruntime's layout level") and "--level 2" in r.stderr
+    assert r.exit_code == 2 and not r.stdout
+    assert r.stderr.startswith("graphtool: error: --level 3 is onnxruntime's layout level") and "--target ort" in r.stderr
     assert not (tmp_path / "o.onnx").exists()
+    r = run_cli("optimize", os.path.join(FIXTURES, "conv_bn.onnx"), "-o", str(tmp_path / "o.onnx"), "--level", "3",
+                "--target", "ort")
+    assert r.exit_code == 0 and "verification: outputs equal" in r.stdout, r.stderr
 
 
 def test_did_you_mean_for_passes(run_cli, tmp_path):

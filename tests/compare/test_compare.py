@@ -322,14 +322,18 @@ def test_big_model_levels_take_turns_between_two_ort_children(monkeypatch):
     assert json.dumps(turns, sort_keys=True) == json.dumps(alone, sort_keys=True)
 
 
-def test_names_graphtool_s_refusal_of_the_channels_last_layout_ort_all_uses(tmp_path):
-    """A quantized 1×1-convolution body: ORT "all" runs it channels-last; graphtool's L2 keeps NCHW, and
-    compare says why (the layout pass's note), beside the rewrite only ORT did."""
+def test_names_graphtool_s_refusal_of_the_channels_last_layout_at_2_and_writes_it_at_3(tmp_path):
+    """A quantized 1×1-convolution body: ORT "all" runs it channels-last; graphtool's L2 keeps NCHW, as ORT
+    extended does, and compare says why (the layout pass's note); graphtool's L3 writes it as ORT "all" does."""
     from graphtool import io
     from tests.passes import qdq_models
 
     path = qdq_models.quantized_cnn(str(tmp_path), per_channel=False, pointwise=True)
-    report = compare(io.load(path), levels=[3], target="ort")
-    notes = report["levels"][0]["notes"]
-    assert any(n.startswith("graphtool: ort-qdq-nhwc: channels-last layout refused") for n in notes), notes
+    report = compare(io.load(path), levels=[2, 3], target="ort")
+    level2, level3 = report["levels"]
+    assert any(n.startswith("graphtool: ort-qdq-nhwc: channels-last layout refused") for n in level2["notes"])
     assert "graphtool: ort-qdq-nhwc" in format_compare(report)
+    assert not any("refused" in n for n in level3["notes"]), level3["notes"]
+    ours, ort_all = (level3[side]["op_histogram"]["com.microsoft"] for side in ("graphtool", "ort"))
+    assert ours["QLinearConv"] == ort_all["QLinearConv"] == 4
+    assert level3["graphtool"]["nodes"] <= level3["ort"]["nodes"]  # 11 vs 12: one Transpose fewer

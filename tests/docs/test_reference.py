@@ -43,5 +43,5 @@ def test_level_three_and_in_place_output_are_said_as_the_program_does(capsys):
         with pytest.raises(SystemExit) as exit_:
             main(argv)
         assert exit_.value.code == 2 and said in capsys.readouterr().err
-    assert "Level **3** (ORT's layout level, hardware-specific) is refused" in TEXT
+    assert "Level **3** (ORT's layout level, \"all\") takes `--target ort` (refused\nwithout it)" in TEXT
     assert "`-o` may not be IN itself unless `--force`" in TEXT

@@ -86,9 +86,24 @@ def test_level2_ort_gives_the_kernels_and_outputs_of_ort_extended(qdq_paths, kin
         assert np.all(np.abs(a - ref) <= 0.01 + 0.01 * np.abs(ref))  # ORT's QDQ tests' tolerance
 
 
-def test_channels_last_layout_on_a_resnet_block_runs_what_ort_all_runs(qdq_paths):
+def test_level2_keeps_nchw_where_channels_last_adds_the_entry_transpose(qdq_paths, tmp_path):
+    """Level 2 mirrors ORT extended: the NCHW kernels and ORT extended's node count; the note names level 3."""
     path = qdq_paths["resnet"]
-    optimized, report, _ = optimize(io.load(path), level=2, target="ort")
+    optimized, report, ctx = optimize(io.load(path), level=2, target="ort")
+    assert report.passes["ort-qdq-nhwc"].stats.get("refused") == 1
+    assert any("would add 1 node" in n and "--level 3 writes it" in n for n in ctx.notes), ctx.notes
+    nodes = to_onnx(optimized).graph.node
+    assert all(n.domain == "" for n in nodes if n.op_type == "QLinearConv") and not _ops(optimized).get("Transpose")
+    ort_path = str(tmp_path / "ort.onnx")
+    _session(path, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, ort_path)
+    assert len(nodes) <= len(onnx.load(ort_path).graph.node)
+
+
+def test_level3_channels_last_on_a_resnet_block_runs_what_ort_all_runs(qdq_paths):
+    path = qdq_paths["resnet"]
+    optimized, report, ctx = optimize(io.load(path), level=3, target="ort")
+    assert report.passes["ort-layout-nhwc"].stats == {"converted": 5, "added": 1}
+    assert not any("refused" in n for n in ctx.notes), ctx.notes
     nodes = to_onnx(optimized).graph.node
     convs = [n for n in nodes if n.op_type == "QLinearConv"]
     assert len(convs) == 3 and all(n.domain == "com.microsoft" for n in convs)
@@ -99,26 +114,21 @@ def test_channels_last_layout_on_a_resnet_block_runs_what_ort_all_runs(qdq_paths
         assert np.array_equal(a, b)
 
 
-def test_channels_last_not_taken_for_one_transpose_where_1x1_kernels_dominate(qdq_paths, tmp_path):
-    """1×1 convolutions run as fast in NCHW (MobileNet, EfficientNet): the entry Transpose is not
-    paid for, and the count is ORT extended's."""
-    path = qdq_models.quantized_cnn(str(tmp_path), per_channel=True, pointwise=True)
-    optimized, report, ctx = optimize(io.load(path), level=2, target="ort")
-    assert report.passes["ort-qdq-nhwc"].stats.get("refused") == 1
-    assert any("12% of the convolution weights are dense k×k kernels" in note for note in ctx.notes), ctx.notes
-    ops = _ops(optimized)
-    assert ops["QLinearConv"] == 4 and "Transpose" not in ops
-    ort_path = str(tmp_path / "ort.onnx")
-    _session(path, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, ort_path)
-    assert sum(ops.values()) <= len(onnx.load(ort_path).graph.node)
-
-
-def test_channels_last_refused_where_transposes_would_stay(qdq_paths):
-    """The shuffle (Reshape/Transpose/Reshape) and Concat between convolutions keep NCHW."""
-    optimized, report, ctx = optimize(io.load(qdq_paths["pt"]), level=2, target="ort")
+def test_level3_keeps_the_transposes_a_shuffle_needs(qdq_paths):
+    """The shuffle (Reshape/Transpose/Reshape) and Concat between convolutions keep NCHW at level 2;
+    level 3 converts anyway (the Transposes cost what the NCHW kernel's own transposes cost)."""
+    original = io.load(qdq_paths["pt"])
+    level2, report, ctx = optimize(original, level=2, target="ort")
     assert report.passes["ort-qdq-nhwc"].stats.get("refused") == 1
     assert any("channels-last layout refused" in note for note in ctx.notes)
-    assert all(n.domain == "" for n in to_onnx(optimized).graph.node if n.op_type == "QLinearConv")
+    assert all(n.domain == "" for n in to_onnx(level2).graph.node if n.op_type == "QLinearConv")
+    level3, report, _ = optimize(original, level=3, target="ort")
+    added = report.passes["ort-layout-nhwc"].stats["added"]
+    assert added > 1 and level3.node_count() == level2.node_count() + added
+    assert all(n.domain == "com.microsoft" for n in to_onnx(level3).graph.node if n.op_type == "QLinearConv")
+    feeds = qdq_models.feeds()
+    for a, b in zip(_run(level3, feeds), _run(level2, feeds)):
+        assert np.array_equal(a, b)
 
 
 def test_target_onnx_level2_keeps_qdq(qdq_paths):

@@ -550,3 +550,40 @@ def test_a_variant_that_won_its_race_by_its_session_must_beat_the_plain_level_in
     result = tune(FakeTimer(clock, latency, kernels=kernels), _always_ok, clock, budget=1000, threads=1, cores=1)
     assert result.winner.rewrite.level == 2 and not result.winner.rewrite.skip, result.winner.label()
     assert any("in fresh sessions" in f and "the plain level goes on" in f for f in result.findings), result.findings
+
+
+def test_level_3_is_raced_where_it_writes_another_model_and_can_win() -> None:
+    """The channels-last layout (level 3, --target ort) is a rewrite set only where the timer says it
+    differs from level 2; where it is faster it wins."""
+    clock = FakeClock()
+
+    def latency(c: Candidate) -> float:
+        return {0: 10.0, 1: 9.5, 2: 9.0, 3: 6.0}[c.rewrite.level] / 1000
+
+    differs = FakeTimer(clock, latency)
+    differs.same_rewrite = lambda a, b: False
+    result = tune(differs, _always_ok, clock, budget=1000, cores=1)
+    assert result.winner.rewrite == RewriteSet("level 3", 3)
+    same = FakeTimer(clock, latency)
+    same.same_rewrite = lambda a, b: True
+    result = tune(same, _always_ok, clock, budget=1000, cores=1)
+    assert result.winner.rewrite.level == 2 and not any(c.rewrite.level == 3 for c in same.timed)
+
+
+def test_ort_timer_tells_level_3_from_level_2_by_the_model_it_writes(tmp_path) -> None:
+    from graphtool import io
+    from graphtool.tune.ort import OrtTimer
+    from tests.passes import qdq_models
+
+    path = qdq_models.quantized_cnn(str(tmp_path), per_channel=False, pointwise=True)
+    level2, level3 = RewriteSet("level 2", 2), RewriteSet("level 3", 3)
+    for target, same in (("ort", False), ("onnx", True)):
+        work = tmp_path / target
+        work.mkdir()
+        timer = OrtTimer(io.load(path), path, {}, target, str(work))
+        assert timer.same_rewrite(level3, level2) is same
+        assert timer.same_rewrite(level2, RewriteSet("level 2, again", 2)) is True
+    assert not timer.paths  # --target onnx: level 3 runs level 2's passes, nothing is built
+    fp32 = os.path.join(FIXTURES, "conv_bn.onnx")
+    timer = OrtTimer(io.load(fp32), fp32, {}, "ort", str(tmp_path))
+    assert timer.same_rewrite(level3, level2) is True  # nothing quantized: no layout to change
