@@ -5,7 +5,8 @@ classic-ML corpus that bench/qdq_corpus.py builds (at bench time, never committe
     .venv/bin/python bench/qdq_table.py --render out.json [more.json ...]
 
 Columns: graphtool level 1 (standard ops) and level 2 --target ort; onnxruntime basic and extended
-(``optimized_model_filepath``), onnxsim, onnxslim, the onnxscript optimizer; each tool in its own
+(``optimized_model_filepath``), onnxsim, onnxslim, the onnxscript optimizer; with ``--layout`` also graphtool
+level 3 --target ort and onnxruntime all (its layout graph: counted, not always reloadable); each tool in its own
 process (bench/peers.py). Every result runs in onnxruntime beside the original on the inputs
 graphtool's verification discovers (graphtool.verify.find_inputs); a result counts only when it
 loads and its outputs are equal:
@@ -100,13 +101,15 @@ def _grid(path: str, ref: dict, got: dict) -> tuple[bool, float | None]:
     return ok, steps
 
 
-def run_model(name: str, path: str, kind: str, tools: list[str]) -> dict:
+def run_model(name: str, path: str, kind: str, tools: list[str], layout: bool = False) -> dict:
     feeds = _feeds(path)
     atol, rtol = TOL[tolerance_kind(kind)]
     row: dict = {"model": name, "kind": kind, "tools": {}}
     ref = _run(path, feeds) if feeds is not None else None
     with tempfile.TemporaryDirectory() as tmp:
         jobs = [("graphtool-l1", "graphtool", 1, "onnx"), ("graphtool-l2", "graphtool", 2, "ort")]
+        if layout:  # level 3 beside ORT's layout level ("all"); ORT saves its layout graph but may not reload it
+            jobs += [("graphtool-l3", "graphtool", 3, "ort"), ("ort-all", "ort-all", 1, "onnx")]
         jobs += [(t, t, 1, "onnx") for t in tools]
         for key, tool, level, target in jobs:
             out = os.path.join(tmp, f"{key}.onnx")
@@ -137,9 +140,11 @@ def best(row: dict, tools: tuple[str, ...]) -> tuple[str, int] | None:
 
 
 def table(rows: list[dict]) -> str:
+    layout = any("graphtool-l3" in row["tools"] for row in rows)
     lines = ["| model | kind | gt L1 | best std peer | gt L2 ort | ORT ext | " + " | ".join(STANDARD)
-             + " | gt L2 max abs | ORT ext max abs | gt L2 / ORT ext on the grid |",
-             "|" + "---|" * (10 + len(STANDARD))]
+             + " | gt L2 max abs | ORT ext max abs | gt L2 / ORT ext on the grid |"
+             + (" gt L3 ort | ORT all (nodes) | gt L3 max abs |" if layout else ""),
+             "|" + "---|" * (10 + len(STANDARD) + 3 * layout)]
     for row in rows:
         t = row["tools"]
 
@@ -154,7 +159,7 @@ def table(rows: list[dict]) -> str:
         b1 = best(row, STANDARD)
         g1, g2, ext = t.get("graphtool-l1", {}), t.get("graphtool-l2", {}), t.get("ort-extended", {})
         mark1 = "" if not b1 or g1.get("nodes", 1 << 30) <= b1[1] else " ⚠"
-        peers2 = [r["nodes"] for k, r in t.items() if k != "graphtool-l2" and k != "graphtool-l1" and r.get("ok")]
+        peers2 = [r["nodes"] for k, r in t.items() if not k.startswith("graphtool") and k != "ort-all" and r.get("ok")]
         mark2 = "" if not peers2 or g2.get("nodes", 1 << 30) <= min(peers2) else " ⚠"
 
         def err(r: dict) -> str:
@@ -168,7 +173,9 @@ def table(rows: list[dict]) -> str:
 
         lines.append(f"| {row['model']} | {row['kind']} | {cell('graphtool-l1')}{mark1} | "
                      f"{f'{b1[1]} ({b1[0]})' if b1 else '-'} | {cell('graphtool-l2')}{mark2} | {cell('ort-extended')} | "
-                     + " | ".join(cell(k) for k in STANDARD) + f" | {err(g2)} | {err(ext)} | {grid(g2)} / {grid(ext)} |")
+                     + " | ".join(cell(k) for k in STANDARD) + f" | {err(g2)} | {err(ext)} | {grid(g2)} / {grid(ext)} |"
+                     + (f" {cell('graphtool-l3')} | {t.get('ort-all', {}).get('nodes', '—')} | "
+                        f"{err(t.get('graphtool-l3', {}))} |" if layout else ""))
     return "\n".join(lines)
 
 
@@ -177,6 +184,7 @@ def main() -> None:
     ap.add_argument("--models", default=MODELS)
     ap.add_argument("--only")
     ap.add_argument("--tools", default=",".join(STANDARD + ORT_TARGET))
+    ap.add_argument("--layout", action="store_true", help="also graphtool level 3 --target ort and ORT all")
     ap.add_argument("--json")
     ap.add_argument("--render", nargs="+")
     args = ap.parse_args()
@@ -195,7 +203,8 @@ def main() -> None:
     for name, info in index.items():
         if only and name not in only:
             continue
-        row = run_model(name, os.path.join(args.models, name + ".onnx"), info["kind"], args.tools.split(","))
+        row = run_model(name, os.path.join(args.models, name + ".onnx"), info["kind"], args.tools.split(","),
+                        args.layout)
         rows.append(row)
         print(json.dumps(row), flush=True)
         if args.json:
