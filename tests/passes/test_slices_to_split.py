@@ -54,3 +54,31 @@ def test_a_gap_an_overlap_or_an_unknown_axis_size_refuses():
 def test_one_slice_alone_is_not_a_split():
     out, _ = run(_slices([(0, 258)]), feeds=_feeds())
     assert ops(out).count("Slice") == 1
+
+
+def _gathers(indices, size=4, index_shape=(1,)):
+    """x[n, size] read column by column by Gather(x, [i], axis=1) (skl2onnx's OneHotEncoder input), each piece
+    through a Relu."""
+    nodes, inits, outs = [], [], []
+    for k, i in enumerate(indices):
+        inits.append(const(f"i{k}", np.array(i, np.int64).reshape(index_shape)))
+        nodes += [helper.make_node("Gather", ["x", f"i{k}"], [f"p{k}"], axis=1), helper.make_node("Relu", [f"p{k}"], [f"y{k}"])]
+        outs.append(vi(f"y{k}", ["n", 1] if index_shape else ["n"]))
+    return model(nodes, [vi("x", ["n", size])], outs, inits, check=False)
+
+
+def test_one_index_gathers_that_take_every_column_become_one_split():
+    feeds = {"x": np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)}
+    out, report = run(_gathers([0, 2, 1, -1]), feeds=feeds)  # any order; -1 is the last column
+    assert ops(out).count("Split") == 1 and "Gather" not in ops(out)
+    split = out.graph.nodes("Split")[0]
+    np.testing.assert_array_equal(out.graph.const(split.inputs[1]), [1, 1, 1, 1])
+    assert split.outputs == ["p0", "p2", "p1", "p3"] and report.passes[PASS].stats == {"fused": 1}
+
+
+def test_gathers_missing_a_column_or_with_scalar_indices_stay():
+    feeds = {"x": np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)}
+    for indices, shape in (([0, 1, 2], (1,)),        # column 3 is not taken: no tiling
+                           ([0, 1, 2, 3], ())):      # scalar indices drop the axis: not a Split's pieces
+        out, _ = run(_gathers(indices, index_shape=shape), feeds=feeds)
+        assert "Split" not in ops(out) and ops(out).count("Gather") == len(indices), (indices, shape)

@@ -111,6 +111,22 @@ def test_no_op_casts_after_ml_classifiers_go():
     assert _ops(out) == ["TreeEnsembleClassifier"]
 
 
+
+def test_no_op_cast_after_array_feature_extractor_goes():
+    """skl2onnx's nearest-neighbours label: ArrayFeatureExtractor(int64 class labels, ArgMax) → Cast(int64):
+    ArrayFeatureExtractor picks elements of its first input, so the label is int64 already."""
+    nodes = [n("ArgMax", ["x"], ["best"], axis=1, keepdims=0),
+             n("ArrayFeatureExtractor", ["labels", "best"], ["picked"], domain="ai.onnx.ml"),
+             n("Cast", ["picked"], ["label"], to=TensorProto.INT64),
+             n("ArrayFeatureExtractor", ["x", "best"], ["value"], domain="ai.onnx.ml"),
+             n("Cast", ["value"], ["value_i"], to=TensorProto.INT64)]  # float picked: the Cast converts, stays
+    m = model(nodes, [vi("x", ["N", 3])], [vi("label", [1, "N"], TensorProto.INT64), vi("value_i", ["N", "N"], TensorProto.INT64)],
+              [const("labels", np.array([4, 7, 9], np.int64))], opset=15, check=False)
+    m.set_opset("ai.onnx.ml", 3)
+    feeds = {"x": np.array([[0.2, 1.0, 0.1], [0.9, 0.0, 3.5]], np.float32)}
+    out, _ = runner(["eliminate-no-ops"])(m, feeds=feeds)
+    assert _ops(out) == ["ArgMax", "ArrayFeatureExtractor", "ArrayFeatureExtractor", "Cast"]
+
 def _split_model(opset: int, second_reader: str = "Transpose"):
     """NHWC → Transpose → Split on channels (sizes 3 and 5) → Relu / Sigmoid → Transpose back (a TF
     export's channel split); ``second_reader`` MatMul: one part ends in an op a Transpose cannot cross."""
