@@ -2,6 +2,7 @@
 
     /work/cache/qdq/venv/bin/python bench/qdq_corpus.py [--out /work/cache/qdq/models] [--only a,b]
     /work/cache/qdq/venv/bin/python bench/qdq_corpus.py --set unseen   # -> /work/cache/qdq_unseen/models
+    /work/cache/qdq/venv/bin/python bench/qdq_corpus.py --set unseen3  # -> /work/cache/qdq_unseen3/models
 
 Run with a Python that has onnxruntime (its ``quantization`` package), onnxconverter-common,
 skl2onnx, onnxmltools, lightgbm and scikit-learn (the bench venv at /work/cache/qdq/venv); the
@@ -40,6 +41,14 @@ must-show is re-judged on models nobody developed on), into /work/cache/qdq_unse
   among them quantized here (QDQ per tensor and per channel);
 * scikit-learn (gradient boosting, decision tree, MLP, PCA + Gaussian naive Bayes) through skl2onnx and an
   XGBoost classifier through onnxmltools (when xgboost is installed).
+
+``--set unseen3`` builds a third corpus, none of it in the two above, from one table (``UNSEEN3``: group ->
+rows, the same builders), into /work/cache/qdq_unseen3: torchvision ResNet-50, ResNeXt-50 32x4d, DenseNet-121,
+MobileNetV3-Small, EfficientNet-B1 / V2-S, RegNetX-400MF, ShuffleNetV2 x0.5, MNASNet 1.0 and the LRASPP
+MobileNetV3 segmentation head (QDQ uint8 / int8, per tensor / per channel, a QOperator, an fp16); ALBERT,
+MobileBERT, DeiT, a Whisper encoder and wav2vec2 from seeded tiny configs (static QDQ, dynamic, fp16 where the
+converter's result loads); magika 0.5.1's and 0.6.1's tf2onnx models (and their QDQ); scikit-learn random-forest
+regressor, scaler + nearest neighbours, one-hot + logistic regression.
 """
 
 from __future__ import annotations
