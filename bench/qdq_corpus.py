@@ -46,8 +46,8 @@ must-show is re-judged on models nobody developed on), into /work/cache/qdq_unse
 rows, the same builders), into /work/cache/qdq_unseen3: torchvision ResNet-50, ResNeXt-50 32x4d, DenseNet-121,
 MobileNetV3-Small, EfficientNet-B1 / V2-S, RegNetX-400MF, ShuffleNetV2 x0.5, MNASNet 1.0 and the LRASPP
 MobileNetV3 segmentation head (QDQ uint8 / int8, per tensor / per channel, a QOperator, an fp16); ALBERT,
-MobileBERT, DeiT, a Whisper encoder and wav2vec2 from seeded tiny configs (static QDQ, dynamic, fp16 where the
-converter's result loads); magika 0.5.1's and 0.6.1's tf2onnx models (and their QDQ); scikit-learn random-forest
+MobileBERT, DeiT, a Whisper encoder and wav2vec2 from seeded tiny configs (static QDQ, dynamic, fp16 by the
+converter or by torch's own float16 export); magika 0.5.1's and 0.6.1's tf2onnx models (and their QDQ); scikit-learn random-forest
 regressor, scaler + nearest neighbours, one-hot + logistic regression.
 """
 
@@ -57,6 +57,7 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -100,8 +101,9 @@ UNSEEN3 = {
             "efficientnet_v2_s": ("qdq_s8",), "regnet_x_400mf": ("qdq", "qdq_s8_pc"),
             "shufflenet_v2_x0_5": ("qdq", "qop"), "mnasnet1_0": ("qdq_pc",), "lraspp_mobilenet_v3_large": ("qdq",)},
     "light": {},
-    "transformer": {"albert": ("qdq", "dynamic", "fp16"), "mobilebert": ("qdq", "dynamic", "fp16"),
-                    "deit": ("qdq", "dynamic", "fp16"),
+    # half: torch's own float16 export (onnxconverter-common's fp16 of these three does not load in onnxruntime:
+    # a Gather typed float16 and float)
+    "transformer": {"albert": ("qdq", "dynamic", "half"), "mobilebert": ("qdq", "dynamic", "half"), "deit": ("qdq", "dynamic", "half"),
                     "whisper_encoder": ("qdq", "dynamic", "fp16"), "wav2vec2": ("qdq", "dynamic")},
     "wheels": {"magika==0.5.1": {"magika_v1": "magika/models/standard_v1/model.onnx"},
                "magika==0.6.1": {"magika_v3_2": "magika/models/standard_v3_2/model.onnx"}},
@@ -240,6 +242,8 @@ else:  # a tiny ViT or DeiT
     model = (transformers.ViTForImageClassification(transformers.ViTConfig(**kw)) if name == "vit" else
              transformers.DeiTForImageClassification(transformers.DeiTConfig(**kw))).eval()
     args, names, axes = (torch.randn(1, 3, 64, 64),), ["pixel_values"], {"pixel_values": {0: "batch"}}
+if sys.argv[3:] == ["half"]:  # exported in float16 by torch itself (weights, float inputs and outputs)
+    model, args = model.half(), tuple(a.half() if a.is_floating_point() else a for a in args)
 with torch.no_grad():
     torch.onnx.export(model, args, out, input_names=names, output_names=["out"], dynamic_axes=axes, opset_version=17,
                       dynamo=False)
@@ -249,10 +253,13 @@ with torch.no_grad():
 def _quantize(pre: str, src: str, dst: str, suffix: str, ops: list[str] | None = None) -> None:
     """One of the corpus' quantizations by its name suffix: qdq (uint8 activations, per tensor), qdq_pc
     (per channel), qdq_s8 / qdq_s8_pc (int8 activations: quantize_static's defaults), qop (QOperator),
-    dynamic (quantize_dynamic, int8 weights), fp16 (from the float model ``src``); ``ops``: the op types
+    dynamic (quantize_dynamic, int8 weights), fp16 (from the float model ``src``, by onnxconverter-common), half
+    (``src`` is torch's own float16 export); ``ops``: the op types
     static quantization takes (all by default)."""
     if suffix == "fp16":
         _fp16(src, dst)
+    elif suffix == "half":  # torch's own float16 export, as it is (``src``)
+        shutil.copyfile(src, dst)
     elif suffix == "dynamic":
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -264,7 +271,7 @@ def _quantize(pre: str, src: str, dst: str, suffix: str, ops: list[str] | None =
 
 
 def _kind(suffix: str) -> str:
-    return {"qop": "qoperator", "fp16": "fp16", "dynamic": "dynamic"}.get(suffix, "qdq")
+    return {"qop": "qoperator", "fp16": "fp16", "half": "fp16", "dynamic": "dynamic"}.get(suffix, "qdq")
 
 
 def _fp16(src: str, dst: str) -> None:
@@ -295,10 +302,12 @@ def light_model(name: str) -> str:
     return os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light", name + ".onnx")
 
 
-def transformer_fp32(name: str, work: str) -> str | None:
-    out = os.path.join(work, f"{name}_fp32.onnx")
+def transformer_fp32(name: str, work: str, half: bool = False) -> str | None:
+    """The float32 export (``half``: torch's own float16 export) of a transformer from a seeded config."""
+    out = os.path.join(work, f"{name}_{'half' if half else 'fp32'}.onnx")
     if not os.path.exists(out) and os.path.exists("/work/cache/torchvenv/.ready"):
-        proc = subprocess.run([TORCH_PY, "-c", _TRANSFORMER_EXPORT, name, out], capture_output=True, text=True)
+        proc = subprocess.run([TORCH_PY, "-c", _TRANSFORMER_EXPORT, name, out, *(["half"] if half else [])],
+                              capture_output=True, text=True)
         if proc.returncode != 0:
             print(f"{name}: export failed: {proc.stderr.strip().splitlines()[-3:]}", file=sys.stderr)
     return out if os.path.exists(out) else None
@@ -412,7 +421,7 @@ def build_unseen(spec: dict, groups: set[str], out: str, work: str, add, drop) -
             dst = os.path.join(out, f"{base}_{suffix}.onnx")
             try:
                 if not os.path.exists(dst):
-                    pre = pre or (_pre(src, os.path.join(work, f"{base}_pre.onnx")) if suffix != "fp16" else None)
+                    pre = pre or (_pre(src, os.path.join(work, f"{base}_pre.onnx")) if suffix not in ("fp16", "half") else None)
                     _quantize(pre, src, dst, suffix, ops)
                 try:  # the quantizer's output must load (basic-pitch's QDQ does not: a Transpose of a 1-D
                     # tensor), as must the fp16 converter's (ALBERT's: a Gather typed float16 and float)
@@ -442,8 +451,11 @@ def build_unseen(spec: dict, groups: set[str], out: str, work: str, add, drop) -
         for name, suffixes in spec["transformer"].items():
             src = transformer_fp32(name, work)
             if src is not None:
-                variants(name, src, suffixes, f"transformers {name} from a seeded config",
+                variants(name, src, tuple(s for s in suffixes if s != "half"), f"transformers {name} from a seeded config",
                          ops=["MatMul", "Add", "Gather", "Gemm", "Conv"])
+            half = transformer_fp32(name, work, half=True) if "half" in suffixes else None
+            if half is not None:
+                variants(name, half, ("half",), f"transformers {name} from a seeded config, torch's float16 export")
     if "wheels" in groups:
         for name, source in wheel_models(out, spec["cache"], spec["wheels"]).items():
             add(name, "wheel", source)

@@ -14,7 +14,7 @@
    inference proves (its rank and static dims: a 0 or -1 entry never compares a symbolic dim, so
    inference's made-up symbols are not trusted). A dynamic ``s`` or an unknown rank refuses.
 5. ``Expand(x, s)`` with a constant ``s`` that broadcasting does not change (every entry 1 or the
-   equal static dim, rank not above x's).
+   equal static dim, rank not above x's; x's shape declared or inferred, as in 11).
 6. ``Transpose(x, perm)`` with the identity perm (no perm means reversed: identity at rank ≤ 1).
 7. ``Pad(x, pads)`` with constant all-zero pads (attribute before opset 11, input after), any mode.
 8. ``Slice(x, ...)`` with constant starts/ends/axes/steps that keep every sliced axis whole: step 1,
@@ -24,8 +24,9 @@
     (the first goes with dead-code elimination when nothing else reads it). Axes come from the
     attribute (opset < 13) or a constant input (opset ≥ 13); a Squeeze without axes refuses.
 11. ``x * 1``, ``1 * x``, ``x + 0``, ``0 + x``, ``x - 0``, ``x / 1`` when the constant is all
-    ones/zeros and broadcasting it does not change x's shape (a scalar, or x's known shape covers
-    it). Note ``-0.0 + 0.0 = +0.0``: Add of a positive zero may flip the sign of a zero, which
+    ones/zeros and broadcasting it does not change x's shape (a scalar, or x's shape covers it:
+    declared, else inference's rank and static dims — a random-init export's zero biases and
+    MobileBERT's NoNorm ones/zeros on a MatMul output nothing declares). Note ``-0.0 + 0.0 = +0.0``: Add of a positive zero may flip the sign of a zero, which
     compares equal; every other case is bit-exact. Likewise ``x And True`` and ``x Or False``
     (torch's dynamo export starts its attention masks with ``And(True, ge)``).
 
@@ -235,10 +236,10 @@ def _reshape(graph: Graph, node: Node, opset: int, shapes=None) -> str | None:
     return x
 
 
-def _expand(graph: Graph, node: Node, opset: int) -> str | None:
+def _expand(graph: Graph, node: Node, opset: int, shapes=None) -> str | None:
     x, s = node.inputs[0], node.inputs[1]
     target = graph.const(s)
-    shape = graph.declared_shape(x)
+    shape = _known_shape(graph, x, shapes)
     if target is None or shape is None:
         return None
     target = [int(t) for t in np.asarray(target).reshape(-1)]
@@ -339,7 +340,7 @@ def _undo_pair(graph: Graph, node: Node, opset: int) -> str | None:
 def _neutral(value: float, sides: tuple[int, ...]) -> Handler:
     """x op c == x when c is all ``value`` and broadcasting it keeps x's shape."""
 
-    def handler(graph: Graph, node: Node, opset: int) -> str | None:
+    def handler(graph: Graph, node: Node, opset: int, shapes=None) -> str | None:
         inputs = node.inputs
         if len(inputs) != 2:
             return None
@@ -348,7 +349,7 @@ def _neutral(value: float, sides: tuple[int, ...]) -> Handler:
             if c is None or c.dtype == np.bool_ or c.dtype.kind not in "fiuc" or not np.all(c == value):
                 continue
             x = inputs[1 - side]
-            if _broadcast_keeps(graph, x, c.shape):
+            if _broadcast_keeps(graph, x, c.shape, shapes):
                 return x
         return None
 
@@ -358,24 +359,30 @@ def _neutral(value: float, sides: tuple[int, ...]) -> Handler:
 def _logic_neutral(value: bool) -> Handler:
     """``x And True`` and ``x Or False`` are x (both operands are bool by the schema)."""
 
-    def handler(graph: Graph, node: Node, opset: int) -> str | None:
+    def handler(graph: Graph, node: Node, opset: int, shapes=None) -> str | None:
         inputs = node.inputs
         if len(inputs) != 2:
             return None
         for side in (1, 0):
             c = graph.const(inputs[side])
             if c is not None and c.dtype == np.bool_ and bool(np.all(c == value)) and \
-                    _broadcast_keeps(graph, inputs[1 - side], c.shape):
+                    _broadcast_keeps(graph, inputs[1 - side], c.shape, shapes):
                 return inputs[1 - side]
         return None
 
     return handler
 
 
-def _broadcast_keeps(graph: Graph, x: str, cshape: tuple[int, ...]) -> bool:
+def _known_shape(graph: Graph, x: str, shapes=None) -> list | None:
+    """x's declared shape, completed by shape inference (its rank and static dims; a symbolic dim never
+    equals a number here) when ``shapes`` is given."""
+    return shapes.shape(x) if shapes is not None else graph.declared_shape(x)
+
+
+def _broadcast_keeps(graph: Graph, x: str, cshape: tuple[int, ...], shapes=None) -> bool:
     if len(cshape) == 0:
         return True
-    shape = graph.declared_shape(x)
+    shape = _known_shape(graph, x, shapes)
     if shape is None or len(cshape) > len(shape):
         return False
     return all(c == 1 or (isinstance(d, int) and d == c) for c, d in zip(reversed(cshape), reversed(shape)))
@@ -401,6 +408,7 @@ CASES: dict[str, Handler] = {
     "And": _logic_neutral(True),
     "Or": _logic_neutral(False),
 }
+SHAPED = frozenset({"Reshape", "Expand", "Add", "Sub", "Mul", "Div", "And", "Or"})  # handlers that take ``shapes``
 
 
 @register(level=1, priority=20)
@@ -413,7 +421,7 @@ class EliminateNoOps(Pass):
         opset = graph_opset(graph, ctx)
         stats: dict[str, int] = {}
         kept = 0
-        shapes = Shapes(graph, ctx)  # asked only where a Reshape's input has no declared shape
+        shapes = Shapes(graph, ctx)  # asked only where a declared shape does not settle it
         for op_type, handler in CASES.items():
             for node in graph.nodes(op_type):
                 if node.domain not in STANDARD_DOMAINS or not graph.has_node(node):
@@ -421,7 +429,7 @@ class EliminateNoOps(Pass):
                 outputs = node.outputs
                 if not outputs or any(not output_is_free(graph, o) for o in outputs[1:]):
                     continue
-                src = _reshape(graph, node, opset, shapes) if handler is _reshape else handler(graph, node, opset)
+                src = handler(graph, node, opset, shapes) if op_type in SHAPED else handler(graph, node, opset)
                 if not src or src == outputs[0]:
                     continue
                 if forward(graph, node, [(src, outputs[0])]):

@@ -279,10 +279,27 @@ def test_neutral_arithmetic_that_broadcasts_or_is_not_neutral_is_kept():
          helper.make_node("Reshape", ["x", "hs"], ["h"]),
          helper.make_node("Mul", ["h", "ones_1"], ["c"]),  # rank of h unknown: [1] could add a dim
          helper.make_node("Div", ["x", "two"], ["d"])],
-        [vi("x", [3]), vi("hs", [1], TensorProto.INT64)],
+        [vi("x", [3]), vi("hs", ["k"], TensorProto.INT64)],  # a shape of unknown length: h's rank unknown
         [vi("a", [2, 3]), vi("b", [3]), vi("c", ["n"]), vi("d", [3])],
         [const("zeros_2x3", np.zeros((2, 3), np.float32)), const("zero", np.float32(0)),
          const("ones_1", np.ones(1, np.float32)), const("two", np.float32(2))])
     out, report = optimize(m, passes=[PASS])[:2]
     assert ops(out) == ["Add", "Sub", "Reshape", "Mul", "Div"]
     assert not report.passes[PASS].changed_runs
+
+
+def test_neutral_arithmetic_on_an_undeclared_value_uses_inferred_static_dims():
+    """A random-init export's zero bias and MobileBERT's NoNorm (x * ones + zeros) on a MatMul output nothing
+    declares: inference proves [n, 4, 3], so + zeros[3] and * ones[1, 3] keep it; + zeros[2, 1, 3] would broadcast
+    n up to 2 and + zeros[4] does not fit the last dim: both stay."""
+    m = model(
+        [helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["mm", "zeros_3"], ["a"]),
+         helper.make_node("Mul", ["a", "ones_1x3"], ["b"]), helper.make_node("Relu", ["b"], ["y"]),
+         helper.make_node("Add", ["mm", "zeros_2x1x3"], ["z"])],
+        [vi("x", ["n", 4, 5])], [vi("y", ["n", 4, 3]), vi("z", [2, 4, 3])],
+        [const("w", np.ones((5, 3), np.float32)), const("zeros_3", np.zeros(3, np.float32)),
+         const("ones_1x3", np.ones((1, 3), np.float32)), const("zeros_2x1x3", np.zeros((2, 1, 3), np.float32))])
+    assert "mm" not in m.graph.value_info
+    out, report = run(m, feeds={"x": np.random.default_rng(0).standard_normal((1, 4, 5)).astype(np.float32)})
+    assert ops(out) == ["MatMul", "Relu", "Add"]
+    assert out.graph.producer("y").inputs == ["mm"] and report.passes[PASS].stats == {"Add": 1, "Mul": 1}
