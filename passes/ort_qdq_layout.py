@@ -36,6 +36,7 @@ DCE until nothing moves) to count what it adds.
 
 from __future__ import annotations
 
+import numpy as np
 from onnx import TensorProto
 
 from graphtool.ir.graph import Graph, Node
@@ -107,25 +108,73 @@ def plan(graph: Graph, ctx: PassContext) -> list[tuple[int, str, dict]]:
     """(node id, channels-last op type, its attributes) for every op the layout change converts."""
     shapes, found = Shapes(graph, ctx), []
     for node in graph.nodes():
-        if len(node.outputs) != 1 or not node.inputs or shapes.rank(node.inputs[0]) != 4:
+        if len(node.outputs) != 1 or not node.inputs or node.domain not in ("", "ai.onnx", MS_DOMAIN):
             continue
-        kind, domain = node.op_type, node.domain
-        attrs = attr_protos(node)
-        if kind == "QLinearConv" and domain in ("", "ai.onnx"):
+        kind, attrs = node.op_type, attr_protos(node)
+        if kind == "QLinearConv" and node.domain != MS_DOMAIN:
             w = graph.const(node.inputs[3])
-            if w is None or w.ndim != 4:
+            if w is None or w.ndim != 4:  # a convolution's input has its weight's rank
                 continue
             attrs["channels_last"] = 1
             found.append((node.id, "QLinearConv", attrs))
-        elif kind == "MaxPool" and domain in ("", "ai.onnx"):
-            if shapes.dtype(node.inputs[0]) not in (TensorProto.UINT8, TensorProto.INT8) or node.attr("storage_order", 0):
+        elif kind == "MaxPool" and node.domain != MS_DOMAIN:
+            if len(node.attr("kernel_shape") or ()) != 2 or node.attr("storage_order", 0) or \
+                    not _quantized(graph, shapes, node.inputs[0]):
                 continue
             found.append((node.id, "NhwcMaxPool", {k: v for k, v in attrs.items() if k != "storage_order"}))
-        elif kind in ("QLinearGlobalAveragePool", "QLinearAveragePool") and domain == MS_DOMAIN:
-            if not node.attr("channels_last", 0):
+        elif kind in ("QLinearGlobalAveragePool", "QLinearAveragePool") and node.domain == MS_DOMAIN:
+            if not node.attr("channels_last", 0) and _rank4(graph, shapes, node):
                 attrs["channels_last"] = 1
                 found.append((node.id, kind, attrs))
     return found
+
+
+def _quantized(graph: Graph, shapes: Shapes, value: str, depth: int = 8) -> bool:
+    """``value`` holds 8-bit integers: its inferred type says so, or a QuantizeLinear / QLinear*
+    op (or an integer MaxPool) made it (onnx infers no types past com.microsoft ops)."""
+    dtype = shapes.dtype(value)
+    if dtype is not None:
+        return dtype in (TensorProto.UINT8, TensorProto.INT8)
+    producer = graph.producer(value)
+    if producer is None or depth <= 0:
+        return False
+    if producer.op_type == "QuantizeLinear":  # 8-bit unless its zero point or output_dtype says otherwise
+        zero = graph.const(producer.inputs[2]) if len(producer.inputs) > 2 and producer.inputs[2] else None
+        if zero is not None:
+            return zero.dtype in (np.uint8, np.int8)
+        return int(producer.attr("output_dtype", TensorProto.UINT8)) in (TensorProto.UINT8, TensorProto.INT8)
+    if producer.op_type.startswith("QLinear"):  # 8-bit kernels only
+        return True
+    return producer.op_type in ("MaxPool", "NhwcMaxPool") and _quantized(graph, shapes, producer.inputs[0], depth - 1)
+
+
+# ops whose first data input (slot) has the output's rank: a rank is read through them
+SAME_RANK = {"QLinearAdd": 0, "QLinearMul": 0, "QLinearSigmoid": 0, "QLinearLeakyRelu": 0, "QLinearConcat": 2,
+             "MaxPool": 0, "NhwcMaxPool": 0, "QuantizeLinear": 0, "DequantizeLinear": 0, "Relu": 0, "Clip": 0}
+
+
+def _rank4(graph: Graph, shapes: Shapes, node: Node, depth: int = 16) -> bool:
+    """A pool's input is 4-D: its inferred rank says so, or its kernel (AveragePool), or it comes,
+    through rank-keeping ops, from a 2-D convolution (onnx infers no shapes past com.microsoft ops,
+    and a QOperator model is made of them)."""
+    if node.attr("kernel_shape") is not None:
+        return len(node.attr("kernel_shape")) == 2
+    value = node.inputs[0]
+    for _ in range(depth):
+        rank = shapes.rank(value)
+        if rank is not None:
+            return rank == 4
+        producer = graph.producer(value)
+        if producer is None:
+            return False
+        if producer.op_type == "QLinearConv":
+            w = graph.const(producer.inputs[3])
+            return w is not None and w.ndim == 4
+        slot = SAME_RANK.get(producer.op_type)
+        if slot is None or len(producer.inputs) <= slot:
+            return False
+        value = producer.inputs[slot]
+    return False
 
 
 def trial(graph: Graph, ctx: PassContext, plan: list[tuple[int, str, dict]]) -> int:

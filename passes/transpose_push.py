@@ -418,19 +418,21 @@ def drop_layout_only(graph: Graph, ctx: PassContext) -> int:
             continue
         reader = next(iter(readers.values()))
         perm = [int(v) for v in tr.attr("perm")]
-        out = graph.declared_shape(tr.outputs[0]) or ctx.shapes.dims(graph, tr.outputs[0])
+        out = graph.declared_shape(tr.outputs[0]) or ctx.shapes.dims(graph, tr.outputs[0]) or _after_pool(graph, tr, perm)
         if out is None or len(out) != len(perm):
             continue
-        big = [perm[i] for i, d in enumerate(out) if d != 1]
-        if any(not isinstance(d, int) for i, d in enumerate(out) if perm[i] != i) or big != sorted(big):
+        big = [perm[i] for i, d in enumerate(out) if d != 1]  # an unknown dim counts as big
+        if big != sorted(big):
             continue
         if reader.op_type == "Flatten" and reader.domain in ("", "ai.onnx"):
             axis = int(reader.attr("axis", 1))
             shape_in = [None] * len(perm)
             for i, src in enumerate(perm):
                 shape_in[src] = out[i]
-            if axis < 0 or any(not isinstance(d, int) for d in out[:axis] + shape_in[:axis]) or \
-                    int(np.prod(out[:axis], dtype=np.int64)) != int(np.prod(shape_in[:axis], dtype=np.int64)):
+            same_prefix = sorted(perm[:axis]) == list(range(axis))  # the same dims before the axis, in any order
+            if axis < 0 or not same_prefix and (
+                    any(not isinstance(d, int) for d in out[:axis] + shape_in[:axis]) or
+                    int(np.prod(out[:axis], dtype=np.int64)) != int(np.prod(shape_in[:axis], dtype=np.int64))):
                 continue
         elif reader.op_type == "Reshape" and reader.domain in ("", "ai.onnx") and reader.inputs[0] == tr.outputs[0]:
             target = _ints(graph, reader.inputs[1]) if len(reader.inputs) > 1 else None
@@ -442,6 +444,16 @@ def drop_layout_only(graph: Graph, ctx: PassContext) -> int:
         graph.remove_nodes([tr])
         dropped += 1
     return dropped
+
+
+def _after_pool(graph: Graph, tr: Node, perm: list[int]) -> list | None:
+    """The output shape of a Transpose of a channels-last global pool's [N, 1, 1, C] (None: N and C
+    unknown), where onnx inferred none (a QOperator model's com.microsoft ops)."""
+    producer = graph.producer(tr.inputs[0])
+    if producer is None or producer.op_type != "QLinearGlobalAveragePool" or len(perm) != 4 or \
+            not producer.attr("channels_last", 0):
+        return None
+    return [[None, 1, 1, None][p] for p in perm]
 
 
 def cancel_inverse_readers(graph: Graph) -> int:

@@ -104,16 +104,19 @@ class _Reader:
 
 
 def quantized_cnn(folder: str, per_channel: bool = False, activations: str = "uint8", resnet: bool = False,
-                  pointwise: bool = False) -> str:
-    """The float CNN (or ResNet block, or pointwise body) through ``onnxruntime.quantization.quantize_static`` (QDQ)."""
+                  pointwise: bool = False, qoperator: bool = False) -> str:
+    """The float CNN (or ResNet block, or pointwise body) through ``onnxruntime.quantization.quantize_static``
+    (QDQ; QOperator: QLinearConv, QLinearAdd, ... as the quantizer writes them)."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     name = "resnet" if resnet else "pointwise" if pointwise else "cnn"
     build = float_resnet if resnet else float_pointwise if pointwise else float_cnn
     src = build(os.path.join(folder, f"float_{name}.onnx"))
-    dst = os.path.join(folder, f"qdq_{name}_{'pc' if per_channel else 'pt'}_{activations}.onnx")
+    form = "qop" if qoperator else "qdq"
+    dst = os.path.join(folder, f"{form}_{name}_{'pc' if per_channel else 'pt'}_{activations}.onnx")
     if not os.path.exists(dst):
-        quantize_static(src, dst, _Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+        quantize_static(src, dst, _Reader(), quant_format=QuantFormat.QOperator if qoperator else QuantFormat.QDQ,
+                        per_channel=per_channel,
                         activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8,
                         weight_type=QuantType.QInt8)
     return dst

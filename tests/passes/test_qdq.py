@@ -114,6 +114,23 @@ def test_level3_channels_last_on_a_resnet_block_runs_what_ort_all_runs(qdq_paths
         assert np.array_equal(a, b)
 
 
+def test_level3_converts_a_qoperator_model_whose_shapes_onnx_cannot_infer(tmp_path):
+    """QOperator (QLinearConv, com.microsoft QLinearAdd / QLinearGlobalAveragePool): onnx infers no rank or
+    type past the contrib ops, so the pool's rank and the MaxPool's type are read from the ops that made
+    them, and the exit Transpose of the channels-last pool still vanishes into the Flatten."""
+    path = qdq_models.quantized_cnn(str(tmp_path), resnet=True, qoperator=True)
+    optimized, report, _ = optimize(io.load(path), level=3, target="ort")
+    assert report.passes["ort-layout-nhwc"].stats["converted"] == 5  # 3 convolutions, MaxPool, global pool
+    ops = collections.Counter((n.domain, n.op_type) for n in to_onnx(optimized).graph.node)
+    assert ops[("", "Transpose")] == 1 and ops[("com.microsoft", "NhwcMaxPool")] == 1
+    ort_path = str(tmp_path / "ort_all.onnx")
+    _session(path, ort.GraphOptimizationLevel.ORT_ENABLE_ALL, ort_path)
+    assert sum(ops.values()) <= len(onnx.load(ort_path).graph.node)
+    feeds = qdq_models.feeds()
+    for a, b in zip(_run(optimized, feeds), _run(path, feeds, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)):
+        assert np.array_equal(a, b)
+
+
 def test_level3_keeps_the_transposes_a_shuffle_needs(qdq_paths):
     """The shuffle (Reshape/Transpose/Reshape) and Concat between convolutions keep NCHW at level 2;
     level 3 converts anyway (the Transposes cost what the NCHW kernel's own transposes cost)."""
