@@ -34,6 +34,8 @@ without axes.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from graphtool.ir.graph import Graph, Node
@@ -477,3 +479,70 @@ def cancel_inverse_readers(graph: Graph) -> int:
         if graph.has_node(tr) and not graph.uses(tr.outputs[0]) and not graph.is_output(tr.outputs[0]):
             graph.remove_nodes([tr])
     return cancelled
+
+
+def _data_slots(node: Node) -> tuple[int, ...]:
+    """The input slots a layout runs through (the others are axes, sizes, scales, zero points)."""
+    slots = _elementwise(node)
+    if slots is not None:
+        return slots
+    if node.op_type == "Concat" and node.domain in ("", "ai.onnx"):
+        return tuple(range(len(node.inputs)))
+    if node.op_type == "QLinearConcat" and node.domain == "com.microsoft":
+        return tuple(range(2, len(node.inputs), 3))
+    return (0,)
+
+
+def propagate(graph: Graph, ctx: PassContext, p: list[int], rank: Callable[[str], int | None]) -> int:
+    """Carry a layout forward through the graph: in topological order, an op whose live inputs are
+    mostly Transposes by ``p`` (the views back to the original layout of tensors another layout
+    holds) runs in that layout — each of its other live inputs gets the inverse Transpose, and the
+    Transposes move below it. Returns the ops moved.
+
+    ``push-transposes`` moves a Transpose only where its whole walk pays, so where a block's output
+    meets the next block's (a residual ``Sum``, YOLO's Split/Concat fan-outs) neither moves; a
+    channels-last conversion uses this to let every region of layout-agnostic ops between its
+    kernels run channels-last, with Transposes only where the region ends. The caller judges the
+    result (``ort-qdq-nhwc`` counts nodes before and after on a copy); ``rank`` gives the rank of a value
+    that is no view (an input the op would have to transpose)."""
+    walker, opset, moved = _Walker(graph, ctx), ctx.opset(""), 0
+    inverse = [int(i) for i in np.argsort(p)]
+
+    def view(value: str) -> Node | None:
+        producer = graph.producer(value)
+        ok = producer is not None and producer.op_type == "Transpose" and producer.domain in ("", "ai.onnx")
+        return producer if ok and _perm(producer, len(p)) == p else None
+
+    for node_id in graph.topological_ids():
+        node = graph.node(node_id)
+        if not graph.has_node(node) or node.op_type == "Transpose" or len(node.outputs) < 1:
+            continue
+        live = list(dict.fromkeys(v for s in _data_slots(node) if s < len(node.inputs)
+                                  and (v := node.inputs[s]) and graph.const(v) is None))
+        views = [v for v in live if view(v) is not None]
+        if not views or 2 * len(views) < len(live):
+            continue
+        others = [v for v in live if v not in views]
+        if any(rank(v) != len(p) for v in others):
+            continue
+        move = step(graph, node, p, set(live), opset)
+        if move is None or move.perm != p:
+            continue
+        for value in live:  # each a Transpose by p read by this op alone
+            source = view(value)
+            if source is not None and walker.sole_reader(value) is not None:
+                continue
+            if source is not None:
+                made = graph.add_node("Transpose", [source.inputs[0]], 1, {"perm": p}, name=source.name, near=node)
+            else:
+                into = graph.add_node("Transpose", [value], 1, {"perm": inverse}, name=f"{node.name}/to_layout",
+                                      near=node)
+                made = graph.add_node("Transpose", [into.outputs[0]], 1, {"perm": p}, name=f"{node.name}/view",
+                                      near=node)
+            for slot, input_value in enumerate(node.inputs):
+                if input_value == value:
+                    graph.set_input(node, slot, made.outputs[0])
+        first = view(node.inputs[next(s for s in _data_slots(node) if node.inputs[s] and graph.const(node.inputs[s]) is None)])
+        if push(graph, ctx, first, p, walker) is not first:
+            moved += 1
+    return moved

@@ -79,6 +79,28 @@ def float_resnet(path: str, seed: int = 0) -> str:
     return _save(nodes, inits, "qresnet", path)
 
 
+def float_sum_resnet(path: str, seed: int = 0) -> str:
+    """Two residual blocks joined by ``Sum`` (older exports: onnx's light_resnet50), which no quantized
+    kernel takes: each block's output is a float Sum between a DequantizeLinear pair and a QuantizeLinear,
+    read by the next block's convolution and its Sum; the head flattens the whole map (a Reshape, where
+    a channels-last layout must end)."""
+    w = _weights(seed)
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]), n("Relu", ["c0"], ["r0"])]
+    inits = [w("w0", 8, 3, 3, 3), w("b0", 8)]
+    prev = "r0"
+    for k in (1, 2):
+        nodes += [n("Conv", [prev, f"wa{k}", f"ba{k}"], [f"ca{k}"], pads=[1, 1, 1, 1]), n("Relu", [f"ca{k}"], [f"ra{k}"]),
+                  n("Conv", [f"ra{k}", f"wb{k}", f"bb{k}"], [f"cb{k}"], pads=[1, 1, 1, 1]),
+                  n("Sum", [f"cb{k}", prev], [f"s{k}"]), n("Relu", [f"s{k}"], [f"o{k}"])]
+        inits += [w(f"wa{k}", 8, 8, 3, 3), w(f"ba{k}", 8), w(f"wb{k}", 8, 8, 3, 3), w(f"bb{k}", 8)]
+        prev = f"o{k}"
+    nodes += [n("Reshape", [prev, "flat"], ["f"]), n("Gemm", ["f", "fc", "fcb"], ["y"], transB=1)]
+    inits += [w("fc", 10, 8 * SHAPE[2] * SHAPE[3]), w("fcb", 10),
+              helper.make_tensor("flat", onnx.TensorProto.INT64, [2], [SHAPE[0], -1])]
+    return _save(nodes, inits, "qsumresnet", path)
+
+
 def float_pointwise(path: str, seed: int = 0) -> str:
     """A MobileNet-style body: a small 3×3 stem, then 1×1 convolutions and a residual Add (dense k×k
     kernels hold 12 % of the convolution weights) → GlobalAveragePool → Flatten → Gemm."""
@@ -104,13 +126,13 @@ class _Reader:
 
 
 def quantized_cnn(folder: str, per_channel: bool = False, activations: str = "uint8", resnet: bool = False,
-                  pointwise: bool = False, qoperator: bool = False) -> str:
+                  pointwise: bool = False, qoperator: bool = False, sums: bool = False) -> str:
     """The float CNN (or ResNet block, or pointwise body) through ``onnxruntime.quantization.quantize_static``
     (QDQ; QOperator: QLinearConv, QLinearAdd, ... as the quantizer writes them)."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-    name = "resnet" if resnet else "pointwise" if pointwise else "cnn"
-    build = float_resnet if resnet else float_pointwise if pointwise else float_cnn
+    name = "resnet" if resnet else "pointwise" if pointwise else "sums" if sums else "cnn"
+    build = {"resnet": float_resnet, "pointwise": float_pointwise, "sums": float_sum_resnet, "cnn": float_cnn}[name]
     src = build(os.path.join(folder, f"float_{name}.onnx"))
     form = "qop" if qoperator else "qdq"
     dst = os.path.join(folder, f"{form}_{name}_{'pc' if per_channel else 'pt'}_{activations}.onnx")

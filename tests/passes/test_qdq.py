@@ -15,6 +15,7 @@ from onnx import TensorProto, helper
 from graphtool import io
 from graphtool.ir.to_onnx import to_onnx
 from graphtool.optimize import optimize
+from graphtool.passes import ort_qdq_layout
 from graphtool.verify import verify
 from tests.passes import qdq_models
 from tests.passes.helpers import const, make_proto, vi
@@ -129,6 +130,25 @@ def test_level3_converts_a_qoperator_model_whose_shapes_onnx_cannot_infer(tmp_pa
     feeds = qdq_models.feeds()
     for a, b in zip(_run(optimized, feeds), _run(path, feeds, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)):
         assert np.array_equal(a, b)
+
+
+def test_level3_carries_the_layout_through_float_residual_sums(tmp_path, monkeypatch):
+    """Sum joins the blocks in float (DQ → Sum → Q, read by the next block's convolution and Sum) and the
+    head flattens the map: the channels-last region ends only at the graph's entry and at the Reshape.
+    Moving single Transposes (push-transposes) leaves one per block boundary."""
+    path = qdq_models.quantized_cnn(str(tmp_path), sums=True)
+    feeds = qdq_models.feeds()
+
+    def level3() -> tuple[collections.Counter, list]:
+        optimized, _, _ = optimize(io.load(path), level=3, target="ort")
+        return _ops(optimized), _run(optimized, feeds)
+
+    ops, got = level3()
+    assert ops["Transpose"] == 2 and ops["Sum"] == 2
+    for a, b in zip(got, _run(path, feeds, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)):
+        assert np.array_equal(a, b)
+    monkeypatch.setattr(ort_qdq_layout, "propagate", lambda *args: 0)
+    assert level3()[0]["Transpose"] == 5
 
 
 def test_level3_keeps_the_transposes_a_shuffle_needs(qdq_paths):
