@@ -21,21 +21,22 @@ Two levels, as onnxruntime's own (level 2 mirrors its extended level, level 3 it
 * ``ort-qdq-nhwc`` (level 2) changes the layout only where that adds no node — where a Keras model's
   own Transposes cancel against the entry and exit. Elsewhere the graph stays NCHW, the form ORT's
   extended level runs, and the report's notes say what level 3 would write.
-* ``ort-layout-nhwc`` (level 3) changes it wherever the kernels allow, Transposes and all. Measured
-  on 33 QDQ CNNs under onnxruntime 1.32 (bench/results/stop39-qdq-unseen.md, stop40-layout.md): the
-  channels-last form under ORT basic runs 0.24-1.01× the original under ORT "all", the NCHW form up
-  to 3.9× (SqueezeNet: every conv pays two transposes it cannot share). An NCHW graph input needs
-  one entry Transpose (ResNet-18: 35 nodes against ORT extended's 34 and ORT "all"'s 36); a channel
-  shuffle or a detector's Split/Concat fan-out keeps a pair per branch. Explicit Transposes cost what
-  the NCHW kernel's own per-call transposes cost, so the form is never the slower one by design:
-  each converted op adds at most two.
+* ``ort-layout-nhwc`` (level 3) changes it wherever the kernels allow. Measured on 33 QDQ CNNs under
+  onnxruntime 1.32 (bench/results/stop39-qdq-unseen.md, stop40-layout.md): the channels-last form
+  under ORT basic runs at most about as long as the original under ORT "all", the NCHW form up to
+  3.9× (SqueezeNet: every conv pays two transposes it cannot share). An NCHW graph input needs one
+  entry Transpose (ResNet-18: 35 nodes against ORT extended's 34 and ORT "all"'s 36); a float op
+  the layout cannot cross keeps a pair. Explicit Transposes cost what the NCHW kernel's own
+  per-call transposes cost, so the form is not the slower one by construction: each converted op
+  adds at most two.
 
 Both try the change on copies of the graph first, cleaned with push-transposes, merge-chains, eliminate
 and DCE until nothing moves, to count what it adds — once with the kernels only wrapped, once with the
 layout also carried forward through every region of layout-agnostic ops between them
 (``transpose_push.propagate``: a float residual ``Sum`` between DQ and Q, YOLO's Split/Concat fan-outs,
-where no single Transpose's walk pays) — and keep the form with fewer nodes (NudeNet's YOLOv8n:
-397 nodes wrapped, 349 carried; ORT "all" 348).
+where no single Transpose's walk pays; ShuffleNet's channel shuffle runs on the channels-last tensor
+with one 5-D Transpose) — and keep the form with fewer nodes (NudeNet's YOLOv8n: 397 nodes wrapped,
+349 carried, ORT "all" 348; ShuffleNetV2: 176 wrapped, 141 carried, ORT "all" 171).
 """
 
 from __future__ import annotations

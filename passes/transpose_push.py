@@ -30,6 +30,10 @@ that would only travel (an attention's ``Transpose → Mul → MatMul``) stays w
 fusion patterns expect it. Refused: a Transpose whose output has other readers or is a graph
 output, ops of other domains, unknown ranks, non-constant axes/pads, Squeeze or a reduction
 without axes.
+
+``propagate`` (used by the channels-last layout, level 3) moves Transposes by the same rules but
+op by op in topological order, wherever most of an op's inputs are such Transposes: it reaches
+regions no single walk pays for, and the caller judges the result by its node count.
 """
 
 from __future__ import annotations
@@ -481,6 +485,55 @@ def cancel_inverse_readers(graph: Graph) -> int:
     return cancelled
 
 
+CHANNELS_FIRST = [0, 3, 1, 2]  # the view of a channels-last (NHWC) tensor as NCHW
+
+
+def shuffle_channels_last(graph: Graph, first: Node, nchw_view: Node) -> int:
+    """ShuffleNet's channel shuffle on a channels-last tensor y read through its NCHW view:
+    ``Reshape(view, [N, g, c, H, W]) → Transpose(0, 2, 1, 3, 4) → Reshape([N, g·c, H, W])`` becomes
+    ``Reshape(y, [N, H, W, g, c]) → Transpose(0, 1, 2, 4, 3) → Reshape([N, H, W, g·c])`` and a view of
+    that: one Transpose where the NCHW form keeps three (ORT "all" keeps two). Returns 1 when made."""
+    def ints(node: Node) -> list[int] | None:
+        if len(node.inputs) < 2 or node.attr("allowzero", 0):
+            return None
+        return _ints(graph, node.inputs[1])
+
+    def sole(value: str, op_type: str) -> Node | None:
+        readers = {u.id: u for u, _ in graph.uses(value)}
+        if len(readers) != 1 or graph.is_output(value):
+            return None
+        reader = next(iter(readers.values()))
+        return reader if reader.op_type == op_type and reader.domain in ("", "ai.onnx") else None
+
+    five = ints(first)
+    shuffle = sole(first.outputs[0], "Transpose")
+    if five is None or len(five) != 5 or shuffle is None or _perm(shuffle, 5) != [0, 2, 1, 3, 4]:
+        return 0
+    last = sole(shuffle.outputs[0], "Reshape")
+    four = ints(last) if last is not None else None
+    n, g, c, h, w = five
+    if four is None or len(four) != 4 or min(g, c, h, w) <= 0 or four[1] not in (g * c, -1) or \
+            four[2:] != [h, w] or 0 in four[1:] or four[0] != n:
+        return 0
+    y = nchw_view.inputs[0]
+    split = graph.add_node("Reshape", [y, graph.add_initializer(np.array([n, h, w, g, c], np.int64), "shape")], 1,
+                           name=first.name, near=first)
+    swap = graph.add_node("Transpose", [split.outputs[0]], 1, {"perm": [0, 1, 2, 4, 3]}, name=shuffle.name, near=first)
+    merged = graph.add_node("Reshape", [swap.outputs[0], graph.add_initializer(np.array([n, h, w, g * c], np.int64),
+                                                                              "shape")], 1, name=last.name, near=first)
+    back = graph.add_node("Transpose", [merged.outputs[0]], 1, {"perm": CHANNELS_FIRST}, name=f"{last.name}/view",
+                          near=first)
+    out, info = last.outputs[0], graph.value_info.get(last.outputs[0])
+    graph.replace_all_uses(out, back.outputs[0])
+    graph.remove_nodes([first, shuffle, last])
+    if not graph.uses(nchw_view.outputs[0]) and not graph.is_output(nchw_view.outputs[0]):
+        graph.remove_nodes([nchw_view])
+    graph.rename_value(back.outputs[0], out)
+    if info is not None:
+        graph.set_value_info(out, info)
+    return 1
+
+
 def _data_slots(node: Node) -> tuple[int, ...]:
     """The input slots a layout runs through (the others are axes, sizes, scales, zero points)."""
     slots = _elementwise(node)
@@ -516,6 +569,9 @@ def propagate(graph: Graph, ctx: PassContext, p: list[int], rank: Callable[[str]
     for node_id in graph.topological_ids():
         node = graph.node(node_id)
         if not graph.has_node(node) or node.op_type == "Transpose" or len(node.outputs) < 1:
+            continue
+        if node.op_type == "Reshape" and p == CHANNELS_FIRST and view(node.inputs[0]) is not None:
+            moved += shuffle_channels_last(graph, node, view(node.inputs[0]))
             continue
         live = list(dict.fromkeys(v for s in _data_slots(node) if s < len(node.inputs)
                                   and (v := node.inputs[s]) and graph.const(v) is None))
