@@ -97,13 +97,14 @@ UNSEEN_TRANSFORMERS = {"distilbert": ("qdq", "dynamic", "fp16"), "vit": ("qdq", 
 UNSEEN3 = {
     "cache": "/work/cache/qdq_unseen3",
     "cnn": {"resnet50": ("qdq", "qdq_s8_pc"), "resnext50_32x4d": ("qdq_pc",), "densenet121": ("qdq_s8",),
-            "mobilenet_v3_small": ("qdq", "qdq_s8_pc"), "efficientnet_b1": ("qdq_pc", "fp16"),
-            "efficientnet_v2_s": ("qdq_s8",), "regnet_x_400mf": ("qdq", "qdq_s8_pc"),
+            "mobilenet_v3_small": ("qdq", "qdq_s8_pc", "qdq_u8w"), "efficientnet_b1": ("qdq_pc", "fp16"),
+            "efficientnet_v2_s": ("qdq_s8",), "regnet_x_400mf": ("qdq", "qdq_s8_pc", "qdq_a16"),
             "shufflenet_v2_x0_5": ("qdq", "qop"), "mnasnet1_0": ("qdq_pc",), "lraspp_mobilenet_v3_large": ("qdq",)},
     "light": {},
     # half: torch's own float16 export (onnxconverter-common's fp16 of these three does not load in onnxruntime:
     # a Gather typed float16 and float)
-    "transformer": {"albert": ("qdq", "dynamic", "half"), "mobilebert": ("qdq", "dynamic", "half"), "deit": ("qdq", "dynamic", "half"),
+    "transformer": {"albert": ("qdq", "qdq_u8w_pc", "dynamic", "half"), "mobilebert": ("qdq", "dynamic", "half"),
+                    "deit": ("qdq", "qdq_pc", "dynamic", "half"),
                     "whisper_encoder": ("qdq", "dynamic", "fp16"), "wav2vec2": ("qdq", "dynamic")},
     "wheels": {"magika==0.5.1": {"magika_v1": "magika/models/standard_v1/model.onnx"},
                "magika==0.6.1": {"magika_v3_2": "magika/models/standard_v3_2/model.onnx"}},
@@ -190,13 +191,14 @@ def _pre(src: str, dst: str) -> str:
 
 
 def _static(src: str, dst: str, per_channel: bool, fmt: str = "qdq", ops: list[str] | None = None,
-            int8_activations: bool = False) -> None:
+            int8_activations: bool = False, activations: str = "", weights: str = "QInt8") -> None:
+    """quantize_static; ``activations`` / ``weights``: a QuantType name (uint8 / int8 activations by default)."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     quantize_static(src, dst, RandomReader(src), quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
                     per_channel=per_channel,
-                    activation_type=QuantType.QInt8 if int8_activations else QuantType.QUInt8,
-                    weight_type=QuantType.QInt8, op_types_to_quantize=ops)
+                    activation_type=QuantType[activations or ("QInt8" if int8_activations else "QUInt8")],
+                    weight_type=QuantType[weights], op_types_to_quantize=ops)
 
 
 _TRANSFORMER_EXPORT = r"""
@@ -252,7 +254,8 @@ with torch.no_grad():
 
 def _quantize(pre: str, src: str, dst: str, suffix: str, ops: list[str] | None = None) -> None:
     """One of the corpus' quantizations by its name suffix: qdq (uint8 activations, per tensor), qdq_pc
-    (per channel), qdq_s8 / qdq_s8_pc (int8 activations: quantize_static's defaults), qop (QOperator),
+    (per channel), qdq_s8 / qdq_s8_pc (int8 activations: quantize_static's defaults), _u8w (uint8 weights), _a16
+    (uint16 activations), qop (QOperator),
     dynamic (quantize_dynamic, int8 weights), fp16 (from the float model ``src``, by onnxconverter-common), half
     (``src`` is torch's own float16 export); ``ops``: the op types
     static quantization takes (all by default)."""
@@ -267,7 +270,8 @@ def _quantize(pre: str, src: str, dst: str, suffix: str, ops: list[str] | None =
     elif suffix == "qop":
         _static(pre, dst, False, "qop")
     else:
-        _static(pre, dst, suffix.endswith("_pc"), "qdq", ops=ops, int8_activations="_s8" in suffix)
+        _static(pre, dst, suffix.endswith("_pc"), "qdq", ops=ops, int8_activations="_s8" in suffix,
+                activations="QUInt16" if "_a16" in suffix else "", weights="QUInt8" if "_u8w" in suffix else "QInt8")
 
 
 def _kind(suffix: str) -> str:
