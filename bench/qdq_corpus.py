@@ -45,10 +45,11 @@ must-show is re-judged on models nobody developed on), into /work/cache/qdq_unse
 ``--set unseen3`` builds a third corpus, none of it in the two above, from one table (``UNSEEN3``: group ->
 rows, the same builders), into /work/cache/qdq_unseen3: torchvision ResNet-50, ResNeXt-50 32x4d, DenseNet-121,
 MobileNetV3-Small, EfficientNet-B1 / V2-S, RegNetX-400MF, ShuffleNetV2 x0.5, MNASNet 1.0 and the LRASPP
-MobileNetV3 segmentation head (QDQ uint8 / int8, per tensor / per channel, a QOperator, an fp16); ALBERT,
-MobileBERT, DeiT, a Whisper encoder and wav2vec2 from seeded tiny configs (static QDQ, dynamic, fp16 by the
-converter or by torch's own float16 export); magika 0.5.1's and 0.6.1's tf2onnx models (and their QDQ); scikit-learn random-forest
-regressor, scaler + nearest neighbours, one-hot + logistic regression.
+MobileNetV3 segmentation head (QDQ uint8 / int8 activations, per tensor / per channel, uint8 weights, uint16
+activations, a QOperator, an fp16); ALBERT, MobileBERT, DeiT, a Whisper encoder and wav2vec2 from seeded tiny
+configs (static QDQ of MatMul/Add/Gather/Gemm/Conv or of every op, per channel, dynamic, fp16 by the converter
+or by torch's own float16 export); magika 0.5.1's and 0.6.1's tf2onnx models (and their QDQ); scikit-learn
+random-forest regressor, scaler + nearest neighbours, one-hot + logistic regression.
 """
 
 from __future__ import annotations
@@ -103,8 +104,9 @@ UNSEEN3 = {
     "light": {},
     # half: torch's own float16 export (onnxconverter-common's fp16 of these three does not load in onnxruntime:
     # a Gather typed float16 and float)
-    "transformer": {"albert": ("qdq", "qdq_u8w_pc", "dynamic", "half"), "mobilebert": ("qdq", "dynamic", "half"),
-                    "deit": ("qdq", "qdq_pc", "dynamic", "half"),
+    "transformer": {"albert": ("qdq", "qdq_u8w_pc", "dynamic", "half"),
+                    "mobilebert": ("qdq", "qdq_all_s8", "dynamic", "half"),
+                    "deit": ("qdq", "qdq_pc", "qdq_all", "dynamic", "half"),
                     "whisper_encoder": ("qdq", "dynamic", "fp16"), "wav2vec2": ("qdq", "dynamic")},
     "wheels": {"magika==0.5.1": {"magika_v1": "magika/models/standard_v1/model.onnx"},
                "magika==0.6.1": {"magika_v3_2": "magika/models/standard_v3_2/model.onnx"}},
@@ -255,7 +257,7 @@ with torch.no_grad():
 def _quantize(pre: str, src: str, dst: str, suffix: str, ops: list[str] | None = None) -> None:
     """One of the corpus' quantizations by its name suffix: qdq (uint8 activations, per tensor), qdq_pc
     (per channel), qdq_s8 / qdq_s8_pc (int8 activations: quantize_static's defaults), _u8w (uint8 weights), _a16
-    (uint16 activations), qop (QOperator),
+    (uint16 activations), _all (every op type quantize_static takes, not only ``ops``), qop (QOperator),
     dynamic (quantize_dynamic, int8 weights), fp16 (from the float model ``src``, by onnxconverter-common), half
     (``src`` is torch's own float16 export); ``ops``: the op types
     static quantization takes (all by default)."""
@@ -270,8 +272,8 @@ def _quantize(pre: str, src: str, dst: str, suffix: str, ops: list[str] | None =
     elif suffix == "qop":
         _static(pre, dst, False, "qop")
     else:
-        _static(pre, dst, suffix.endswith("_pc"), "qdq", ops=ops, int8_activations="_s8" in suffix,
-                activations="QUInt16" if "_a16" in suffix else "", weights="QUInt8" if "_u8w" in suffix else "QInt8")
+        _static(pre, dst, suffix.endswith("_pc"), "qdq", ops=None if "_all" in suffix else ops,
+                int8_activations="_s8" in suffix, activations="QUInt16" if "_a16" in suffix else "", weights="QUInt8" if "_u8w" in suffix else "QInt8")
 
 
 def _kind(suffix: str) -> str:
@@ -425,7 +427,8 @@ def build_unseen(spec: dict, groups: set[str], out: str, work: str, add, drop) -
             dst = os.path.join(out, f"{base}_{suffix}.onnx")
             try:
                 if not os.path.exists(dst):
-                    pre = pre or (_pre(src, os.path.join(work, f"{base}_pre.onnx")) if suffix not in ("fp16", "half") else None)
+                    if suffix not in ("fp16", "half"):
+                        pre = pre or _pre(src, os.path.join(work, f"{base}_pre.onnx"))
                     _quantize(pre, src, dst, suffix, ops)
                 try:  # the quantizer's output must load (basic-pitch's QDQ does not: a Transpose of a 1-D
                     # tensor), as must the fp16 converter's (ALBERT's: a Gather typed float16 and float)
