@@ -151,6 +151,14 @@ def _const_key(array: np.ndarray) -> tuple[Any, ...]:
 METADATA_OPS = {"Shape", "Size"}
 
 
+def _layout_op(node: Node) -> bool:
+    """An op of a layout region (ORT's NCHWc blocks, a channels-last quantized kernel): the tensors
+    between such ops exist only in that layout, so the region is traced as one rewrite."""
+    if node.domain == "com.microsoft.nchwc":
+        return True
+    return node.domain == "com.microsoft" and (node.op_type == "NhwcMaxPool" or bool(node.attr("channels_last", 0)))
+
+
 def _clusters(og: Graph, rg: Graph, nodes: list[Node]) -> tuple[dict[int, list[Node]], dict[int, list[Node]], dict[int, set[str]]]:
     """Group ``nodes`` (the rewritten graph's, in topological order) into rewrites: (clusters,
     shared helpers, and for each cluster the known values its helpers read, which serve it as
@@ -197,7 +205,7 @@ def _clusters(og: Graph, rg: Graph, nodes: list[Node]) -> tuple[dict[int, list[N
             readers = {find(c.id) for v in unknown_outputs(clusters[root]) for c in rg.consumers(v)} - {find(root)}
             if not readers:
                 continue
-            layout = any(n.domain == "com.microsoft.nchwc" for n in clusters[root])  # blocked tensors: one region
+            layout = any(_layout_op(n) for n in clusters[root])  # blocked or channels-last tensors: one region
             if len(readers) == 1 or layout or readers & {find(h) for h in heads}:
                 for r in readers:
                     parent[find(r)] = find(root)

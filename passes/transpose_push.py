@@ -16,7 +16,8 @@ runs its transpose optimizer for the same reason.
    removed axes accounted for;
 3. reductions (ReduceMax/Min/Sum/Mean/Prod/L1/L2/LogSum/LogSumExp/SumSquare, ArgMax/ArgMin) with
    known axes: axes map through p; with keepdims=0 q drops the reduced axes (often the identity);
-4. Concat (every input a same-perm Transpose read only by it): axis = p[axis]; Split: axis =
+4. Softmax / LogSoftmax / Hardmax (opset ≥ 13: one axis) and com.microsoft QLinearSoftmax with
+   that semantics: axis = p[axis]. Concat (every input a same-perm Transpose read only by it): axis = p[axis]; Split: axis =
    p[axis], its sizes unchanged, a Transpose below each part; Slice with constant axes (or none:
    all axes in order) and Pad with constant pads: axes / pads map through p. com.microsoft
    QLinearConcat likewise (every data input a same-perm Transpose, its scales and zero points
@@ -121,6 +122,15 @@ def _unsqueezed(p: list[int], added: list[int]) -> list[int]:
     return q
 
 
+def _softmax_axis(node: Node, opset: int) -> bool:
+    """A softmax over one axis (opset 13's semantics; before it, the axes from ``axis`` on were
+    flattened into one, which a permutation does not keep). com.microsoft QLinearSoftmax says which
+    semantics it has in its ``opset`` attribute."""
+    if node.domain in ("", "ai.onnx") and node.op_type in ("Softmax", "LogSoftmax", "Hardmax"):
+        return opset >= 13
+    return node.domain == "com.microsoft" and node.op_type == "QLinearSoftmax" and int(node.attr("opset", 0)) >= 13
+
+
 def step(graph: Graph, node: Node, p: list[int], sources: set[str], opset: int) -> _Step | None:
     """The move of ``Transpose(p)`` (its outputs: ``sources``) below ``node``, or None."""
     n, kind = len(p), node.op_type
@@ -139,6 +149,11 @@ def step(graph: Graph, node: Node, p: list[int], sources: set[str], opset: int) 
                 v in sources or (c := graph.const(v)) is None or c.size != 1 for v in params if v):
             return None
         axis = _norm([int(node.attr("axis"))], n)
+        return _Step(p, axis=p[axis[0]]) if axis else None
+    if _softmax_axis(node, opset) and node.inputs[0] in sources:  # one axis: it maps through p
+        if any(v in sources or (c := graph.const(v)) is None or c.size != 1 for v in node.inputs[1:] if v):
+            return None
+        axis = _norm([int(node.attr("axis", -1))], n)
         return _Step(p, axis=p[axis[0]]) if axis else None
     data = _elementwise(node)
     if node.domain == "com.microsoft" and data is not None:

@@ -337,3 +337,4 @@ def test_names_graphtool_s_refusal_of_the_channels_last_layout_at_2_and_writes_i
     ours, ort_all = (level3[side]["op_histogram"]["com.microsoft"] for side in ("graphtool", "ort"))
     assert ours["QLinearConv"] == ort_all["QLinearConv"] == 4
     assert level3["graphtool"]["nodes"] <= level3["ort"]["nodes"]  # 11 vs 12: one Transpose fewer
+    assert not level3["graphtool"]["untraced"]  # the channels-last region traces as one rewrite, as ORT's

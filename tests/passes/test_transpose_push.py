@@ -198,3 +198,18 @@ def test_keras_upsampling_between_nhwc_transposes_leaves_one_resize():
     from onnx import numpy_helper
 
     assert numpy_helper.to_array(scales).tolist() == [1, 1, 2, 2]
+
+
+def test_softmax_moves_with_its_axis_from_opset_13_only():
+    """YOLOv8's DFL head: Transpose → Softmax(axis 1) → (the channels-last conv's entry Transpose).
+    Opset 13's softmax is over one axis, which maps through the permutation; before 13 the axes from
+    ``axis`` on were flattened together, which a permutation does not keep."""
+    nodes = [n("Transpose", ["x"], ["t"], perm=[0, 2, 1, 3]), n("Softmax", ["t"], ["s"], axis=1),
+             n("Transpose", ["s"], ["y"], perm=[0, 2, 3, 1])]
+    for opset, moved in ((13, True), (11, False)):
+        m = model(nodes, [vi("x", [1, 4, 16, 5])], [vi("y", [1, 4, 5, 16])], opset=opset)
+        out, _ = run(m)
+        ops = _ops(out)
+        assert (ops == ["Softmax", "Transpose"]) is moved, (opset, ops)
+        if moved:
+            assert to_onnx(out).graph.node[0].attribute[0].i == 2  # axis 1 of the view is axis 2 of x
