@@ -99,7 +99,7 @@ UNSEEN3 = {
     "cache": "/work/cache/qdq_unseen3",
     "cnn": {"resnet50": ("qdq", "qdq_s8_pc"), "resnext50_32x4d": ("qdq_pc",), "densenet121": ("qdq_s8",),
             "mobilenet_v3_small": ("qdq", "qdq_s8_pc", "qdq_u8w"), "efficientnet_b1": ("qdq_pc", "fp16"),
-            "efficientnet_v2_s": ("qdq_s8",), "regnet_x_400mf": ("qdq", "qdq_s8_pc", "qdq_a16"),
+            "efficientnet_v2_s": ("qdq_s8",), "regnet_x_400mf": ("qdq", "qdq_s8_pc", "qdq_a16", "qdq_sym_s8"),
             "shufflenet_v2_x0_5": ("qdq", "qop"), "mnasnet1_0": ("qdq_pc",), "lraspp_mobilenet_v3_large": ("qdq",)},
     "light": {},
     # half: torch's own float16 export (onnxconverter-common's fp16 of these three does not load in onnxruntime:
@@ -193,14 +193,16 @@ def _pre(src: str, dst: str) -> str:
 
 
 def _static(src: str, dst: str, per_channel: bool, fmt: str = "qdq", ops: list[str] | None = None,
-            int8_activations: bool = False, activations: str = "", weights: str = "QInt8") -> None:
-    """quantize_static; ``activations`` / ``weights``: a QuantType name (uint8 / int8 activations by default)."""
+            int8_activations: bool = False, activations: str = "", weights: str = "QInt8", symmetric: bool = False) -> None:
+    """quantize_static; ``activations`` / ``weights``: a QuantType name (uint8 / int8 activations by default);
+    ``symmetric``: its ActivationSymmetric option."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     quantize_static(src, dst, RandomReader(src), quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
                     per_channel=per_channel,
                     activation_type=QuantType[activations or ("QInt8" if int8_activations else "QUInt8")],
-                    weight_type=QuantType[weights], op_types_to_quantize=ops)
+                    weight_type=QuantType[weights], op_types_to_quantize=ops,
+                    extra_options={"ActivationSymmetric": True} if symmetric else None)
 
 
 _TRANSFORMER_EXPORT = r"""
@@ -257,7 +259,8 @@ with torch.no_grad():
 def _quantize(pre: str, src: str, dst: str, suffix: str, ops: list[str] | None = None) -> None:
     """One of the corpus' quantizations by its name suffix: qdq (uint8 activations, per tensor), qdq_pc
     (per channel), qdq_s8 / qdq_s8_pc (int8 activations: quantize_static's defaults), _u8w (uint8 weights), _a16
-    (uint16 activations), _all (every op type quantize_static takes, not only ``ops``), qop (QOperator),
+    (uint16 activations), _sym (symmetric activations), _all (every op type quantize_static takes, not only
+    ``ops``), qop (QOperator),
     dynamic (quantize_dynamic, int8 weights), fp16 (from the float model ``src``, by onnxconverter-common), half
     (``src`` is torch's own float16 export); ``ops``: the op types
     static quantization takes (all by default)."""
@@ -273,7 +276,8 @@ def _quantize(pre: str, src: str, dst: str, suffix: str, ops: list[str] | None =
         _static(pre, dst, False, "qop")
     else:
         _static(pre, dst, suffix.endswith("_pc"), "qdq", ops=None if "_all" in suffix else ops,
-                int8_activations="_s8" in suffix, activations="QUInt16" if "_a16" in suffix else "", weights="QUInt8" if "_u8w" in suffix else "QInt8")
+                int8_activations="_s8" in suffix, activations="QUInt16" if "_a16" in suffix else "",
+                weights="QUInt8" if "_u8w" in suffix else "QInt8", symmetric="_sym" in suffix)
 
 
 def _kind(suffix: str) -> str:

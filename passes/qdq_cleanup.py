@@ -27,6 +27,10 @@ model into float or into QLinear ops (``--target ort`` level 2 does that, passes
   or a graph output, an int op the opset does not type (MaxPool/ReduceMax/ReduceMin below 12, Resize
   below 10), an input of unknown quantized type; a Split output read by anything but its one Q. The
   DQ stays while something else reads it.
+  ``DQ → Relu → Q`` with equal per-tensor parameters and a positive scale is ``Max(q, zero point)`` on
+  the integers: ``Q(max((q - z)·s, 0)) = max(q, z)`` (the quantizer writes it so when activations are
+  symmetric: the zero point sits mid-range, so Q does not clamp the Relu away as ``qdq-drop-clip`` needs).
+  Max types 8-bit integers from opset 12; below, refused. onnxruntime leaves the float Relu between them.
 """
 
 from __future__ import annotations
@@ -166,7 +170,8 @@ class QdqDropPair(Pass):
 
 @register(level=1, priority=35)
 class QdqDropAround(Pass):
-    """DQ → Reshape/Transpose/Gather/Slice/MaxPool/Concat/... → Q with equal parameters: the op runs on the integers."""
+    """DQ → Reshape/Transpose/Gather/Slice/MaxPool/Concat/... → Q with equal parameters: the op runs on the integers
+    (Relu: as Max with the zero point)."""
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         dropped = 0
@@ -175,6 +180,9 @@ class QdqDropAround(Pass):
             if not graph.has_node(q) or not is_q(q):
                 continue
             op = graph.producer(q.inputs[0])
+            if _std(op, "Relu") and _relu_to_max(graph, op, q, ctx):
+                dropped += 1
+                continue
             if op is None or op.domain not in ("", "ai.onnx") or op.op_type not in MOVE_OPS | ORDER_OPS | SELECT_OPS:
                 continue
             if op.op_type in SELECT_OPS and not select_ok(op, opset):
@@ -204,6 +212,26 @@ class QdqDropAround(Pass):
             if graph.has_node(split) and _drop_around_split(graph, split, ctx):
                 dropped += 1
         return PassResult(changed=dropped > 0, stats={"dropped": dropped})
+
+
+def _relu_to_max(graph: Graph, relu: Node, q: Node, ctx: PassContext) -> bool:
+    """DQ → Relu → Q with equal per-tensor parameters (positive scale) → Max(q, zero point) of the integers."""
+    if ctx.opset("") < 12 or graph.is_output(relu.outputs[0]) or len(graph.uses(relu.outputs[0])) != 1:
+        return False
+    dq = graph.producer(relu.inputs[0])
+    if not is_dq(dq):
+        return False
+    shapes = ctx_shapes(graph, ctx)
+    qp, dp = qparams(graph, q, shapes), qparams(graph, dq, shapes)
+    if qp is None or dp is None or not qp.per_tensor or not qp.same(dp) or np.any(qp.scale <= 0):
+        return False
+    zero = graph.add_initializer(qp.zero.reshape(()).copy(), "relu_zero_point")
+    new = graph.add_node("Max", [dq.inputs[0], zero], 1, {}, name=(relu.name or "relu") + "_int", near=relu)
+    ctx.absorbed(new, [dq.name, relu.name, q.name])
+    _keep_name_replace(graph, new.outputs[0], q)
+    graph.remove_nodes([relu])
+    _drop_unused(graph, dq)
+    return True
 
 
 def select_ok(node: Node, opset: int) -> bool:

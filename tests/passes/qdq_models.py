@@ -126,21 +126,22 @@ class _Reader:
 
 
 def quantized_cnn(folder: str, per_channel: bool = False, activations: str = "uint8", resnet: bool = False,
-                  pointwise: bool = False, qoperator: bool = False, sums: bool = False) -> str:
+                  pointwise: bool = False, qoperator: bool = False, sums: bool = False, symmetric: bool = False) -> str:
     """The float CNN (or ResNet block, or pointwise body) through ``onnxruntime.quantization.quantize_static``
-    (QDQ; QOperator: QLinearConv, QLinearAdd, ... as the quantizer writes them)."""
+    (QDQ; QOperator: QLinearConv, QLinearAdd, ... as the quantizer writes them; ``symmetric``: its
+    ActivationSymmetric option, zero points mid-range, so the Relus stay between their Q/DQ pairs)."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     name = "resnet" if resnet else "pointwise" if pointwise else "sums" if sums else "cnn"
     build = {"resnet": float_resnet, "pointwise": float_pointwise, "sums": float_sum_resnet, "cnn": float_cnn}[name]
     src = build(os.path.join(folder, f"float_{name}.onnx"))
     form = "qop" if qoperator else "qdq"
-    dst = os.path.join(folder, f"{form}_{name}_{'pc' if per_channel else 'pt'}_{activations}.onnx")
+    dst = os.path.join(folder, f"{form}_{name}_{'pc' if per_channel else 'pt'}_{activations}{'_sym' * symmetric}.onnx")
     if not os.path.exists(dst):
         quantize_static(src, dst, _Reader(), quant_format=QuantFormat.QOperator if qoperator else QuantFormat.QDQ,
                         per_channel=per_channel,
                         activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8,
-                        weight_type=QuantType.QInt8)
+                        weight_type=QuantType.QInt8, extra_options={"ActivationSymmetric": True} if symmetric else None)
     return dst
 
 

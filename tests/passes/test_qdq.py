@@ -198,6 +198,43 @@ def test_int8_activations_become_uint8_and_fuse_as_ort_extended_does(qdq_paths, 
     assert verify(original, optimized).ok
 
 
+
+def test_relu_between_equal_symmetric_params_runs_on_the_integers(tmp_path):
+    """quantize_static with ActivationSymmetric (int8, zero point 0): DQ → Relu → Q with one scale is
+    Max(q, 0) at level 1 (bit-identical); level 2 shifts those Maxes with the +128 (also when given the
+    level-1 file), every unit fuses, and the result is below ORT extended, which keeps the float Relus."""
+    path = qdq_models.quantized_cnn(str(tmp_path), activations="int8", symmetric=True)
+    original = io.load(path)
+    assert _ops(original)["Relu"] == 4
+    feeds = qdq_models.feeds(2)
+    level1, report, _ = optimize(original, level=1)
+    assert _ops(level1)["Relu"] == 0 and _ops(level1)["Max"] == 4
+    for a, b in zip(_run(path, feeds), _run(level1, feeds)):
+        assert np.array_equal(a, b)
+    ort_path = str(tmp_path / "ort.onnx")
+    _session(path, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, ort_path)
+    assert collections.Counter(n.op_type for n in onnx.load(ort_path).graph.node)["Relu"] == 4
+    for start in (original, level1):
+        level2, _, _ = optimize(start, level=2, target="ort")
+        ops = _ops(level2)
+        assert ops["Max"] == 4 and ops["QLinearConv"] == 5 and ops["DequantizeLinear"] == 1, ops
+        assert sum(ops.values()) < len(onnx.load(ort_path).graph.node)
+        maxes = [n for n in to_onnx(level2).graph.node if n.op_type == "Max"]
+        assert all(onnx.numpy_helper.to_array(i).dtype == np.uint8 for i in to_onnx(level2).graph.initializer
+                   if i.name in {x for n in maxes for x in n.input})
+        assert verify(original, level2).ok
+
+
+def test_relu_between_different_params_stays():
+    relu = [helper.make_node("Relu", ["xf"], ["r"])]
+    for scale, zero, opset in ((0.1, 128, 13), (0.05, 120, 13), (0.05, 128, 11)):  # other scale, zero point; Max-11
+        out, report, _ = optimize(_unit(relu, "r", scale, zero, opset=opset), passes=["qdq-drop-around"])
+        assert "Relu" in _ops(out) and "Max" not in _ops(out), (scale, zero, opset)
+    m = _unit(relu, "r", 0.05, 128)
+    out, report, _ = optimize(m, passes=["qdq-drop-around"])
+    assert _ops(out)["Max"] == 1 and "Relu" not in _ops(out)
+    _check_same(m, out)
+
 def test_int8_q_with_a_reader_that_is_not_a_dq_stays_and_its_unit_says_why():
     """An int8 Q whose output is also a graph output cannot shift (the user reads the integers)."""
     nodes = [_qdq("q0", "x", "s", "z", "xq"), _qdq("dq0", "xq", "s", "z", "xf", q=False),
