@@ -19,7 +19,8 @@ float32, zero point in the quantized type), blocked quantization; an activation 
 uint8 (int8 activations need s8s8 kernels that onnxruntime fuses only where MLAS has them — ORT's
 ``is_int8_allowed`` is off on x86), or whose output type differs from its input's; a per-channel
 scale on an activation, or on a weight along any axis but the kernel's (Conv: output channels,
-axis 0; Gemm: N; MatMul: per tensor only); per-channel weight zero points that differ; a bias that
+axis 0; Gemm: N; MatMul: the columns of a 2-D constant B, as onnxruntime's selector and kernel take
+them); per-channel weight zero points that differ; a bias that
 is not an int32 constant quantized with scale x_scale·w_scale and zero point 0 (the kernels
 assume exactly that); Gemm with a bias and beta ≠ 1. The engine refuses a unit whose float
 intermediate has another reader or is a graph output. A missing zero point becomes a zero of the
@@ -170,11 +171,19 @@ def check_matmul(m: Match) -> str | None:
     io = _check_io(m, ("dqa",))
     if isinstance(io, str):
         return io
-    pb = _params(m, "dqb")
+    b = m.graph.const(m["b"])
+    pb = _params(m, "dqb", b.ndim if b is not None else m.facts.rank(m["b"]))
     if isinstance(pb, str):
         return pb
-    if pb.dtype not in WEIGHT_TYPES or not pb.per_tensor:
-        return "B is not int8/uint8 per tensor"
+    if pb.dtype not in WEIGHT_TYPES:
+        return "B is not int8/uint8"
+    if not pb.per_tensor:  # the kernel takes a scale per column of a 2-D B (a weight quantized per output channel)
+        if b is None or b.ndim != 2:
+            return "B is quantized per channel and is not a 2-D constant"
+        if pb.axis != 1 or pb.scale.size != b.shape[1]:
+            return f"B is quantized per channel along axis {pb.axis}; QLinearMatMul's channels are B's columns (axis 1)"
+        if len(np.unique(pb.zero)) != 1:
+            return "B's per-column zero points differ"
     m.extra.update(a=io["dqa"], b=pb, y=io["q"])
     return None
 
