@@ -236,7 +236,7 @@ class _Search:
         """Stage 1; returns the verified rewrite sets ranked best first (at most KEEP_REWRITE_SETS)."""
         present = {FUSED_OPS[k.op][0] for k in self.kernels if k.op in FUSED_OPS}
         sets = [RewriteSet("original"), RewriteSet("level 1", 1), RewriteSet("level 2", 2)]
-        if self._rewrites_differ(RewriteSet("level 3", 3), sets[-1]):  # --target ort: the channels-last layout
+        if self._rewrites_differ(RewriteSet("level 3", 3), sets[-1], unknown=False):  # --target ort: channels-last
             sets.append(RewriteSet("level 3", 3))
         for family, passes in FAMILIES.items():
             if self.kernels and family not in present:
@@ -257,6 +257,10 @@ class _Search:
         unique: dict[tuple[int, tuple[str, ...], tuple[str, ...]], RewriteSet] = {}
         for s in sets:
             unique.setdefault((s.level, tuple(sorted(s.skip)), tuple(sorted(s.extra))), s)
+        for key, s in list(unique.items()):  # a family the model does not have: "off" is level 2 itself
+            if not s.plain and not self._rewrites_differ(s, RewriteSet("level 2", 2)):
+                del unique[key]
+                self.skipped.append(f"{s.name}: writes the same graph as level 2")
         # Rank the rewrite sets under onnxruntime's defaults less its fusions whose kernels measured
         # slower: else ORT re-fuses what the set left unfused (SkipLayerNormFusion at extended) and
         # the set that avoids the slow kernel is ranked by that kernel. Stage 2 re-tries them enabled.
@@ -353,12 +357,14 @@ class _Search:
                 combos.append(Candidate(rewrite, OrtSettings("all", tuple(winners), self.threads)))
         self.combos = combos
 
-    def _rewrites_differ(self, a: RewriteSet, b: RewriteSet) -> bool:
-        """The timer's verdict on whether two rewrite sets write different models (False when it cannot
-        tell: the set would only take a race's place to time the same graph twice)."""
+    def _rewrites_differ(self, a: RewriteSet, b: RewriteSet, unknown: bool = True) -> bool:
+        """The timer's verdict on whether two rewrite sets write different graphs; ``unknown`` when it
+        cannot tell (a timer without the check). A set that fails to build is not raced."""
         check = getattr(self.timer, "same_rewrite", None)
+        if check is None:
+            return unknown
         try:
-            return check is not None and not check(a, b)
+            return not check(a, b)
         except Exception:  # noqa: BLE001 - a rewrite that fails to build is not raced
             return False
 

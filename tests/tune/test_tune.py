@@ -554,7 +554,8 @@ def test_a_variant_that_won_its_race_by_its_session_must_beat_the_plain_level_in
 
 def test_level_3_is_raced_where_it_writes_another_model_and_can_win() -> None:
     """The channels-last layout (level 3, --target ort) is a rewrite set only where the timer says it
-    differs from level 2; where it is faster it wins."""
+    differs from level 2; where it is faster it wins. Likewise a family switched off is raced only
+    where that changes the graph."""
     clock = FakeClock()
 
     def latency(c: Candidate) -> float:
@@ -568,6 +569,9 @@ def test_level_3_is_raced_where_it_writes_another_model_and_can_win() -> None:
     same.same_rewrite = lambda a, b: True
     result = tune(same, _always_ok, clock, budget=1000, cores=1)
     assert result.winner.rewrite.level == 2 and not any(c.rewrite.level == 3 for c in same.timed)
+    # a family-off set that writes level 2's graph (a CNN has no attention to switch off) is not raced
+    assert not any(c.rewrite.skip or c.rewrite.extra for c in same.timed)
+    assert any(s.endswith("off: writes the same graph as level 2") for s in result.skipped)
 
 
 def test_ort_timer_tells_level_3_from_level_2_by_the_model_it_writes(tmp_path) -> None:
