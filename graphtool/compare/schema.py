@@ -26,6 +26,7 @@ _FUSION_GROUP = {
         "count": {"type": "integer", "minimum": 1},
         "examples": {"type": "array", "items": {"type": "string"}},  # names of rewritten nodes
         "graphtool_did": {"type": "array", "items": {"type": "string"}},  # in ort_only: what graphtool did instead
+        "why": {"type": "array", "items": {"type": "string"}},  # in ort_only: why graphtool leaves it on purpose
         "ort_did": {"type": "array", "items": {"type": "string"}},  # in graphtool_only: what ORT did instead
         # layout clusters: per-node fusions read from attributes, e.g. {"Conv+Sum+Relu → nchwc.Conv": 16}
         "details": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 1}},

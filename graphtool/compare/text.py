@@ -34,6 +34,8 @@ def _fusion_lines(groups: list[dict[str, Any]], other_key: str | None = None, wh
             line += f"   ({who}: {'; '.join(g[other_key])})"
         line += f"   e.g. {g['examples'][0]}" if g["examples"] else ""
         lines.append(line)
+        if g.get("why"):
+            lines.append("      graphtool: " + "; ".join(g["why"]))
         if g.get("details"):
             lines.append("      inside: " + ", ".join(f"{k} ×{n}" for k, n in sorted(g["details"].items(), key=lambda kv: -kv[1])))
     return lines or ["  (none)"]

@@ -338,3 +338,33 @@ def test_names_graphtool_s_refusal_of_the_channels_last_layout_at_2_and_writes_i
     assert ours["QLinearConv"] == ort_all["QLinearConv"] == 4
     assert level3["graphtool"]["nodes"] <= level3["ort"]["nodes"]  # 11 vs 12: one Transpose fewer
     assert not level3["graphtool"]["untraced"]  # the channels-last region traces as one rewrite, as ORT's
+
+
+def test_names_why_graphtool_leaves_ort_s_copy_of_a_shared_dequantize_linear():
+    """A DequantizeLinear of a constant read by two QDQ units: ORT's level 1 gives each unit its own copy
+    (EnsureUniqueDQForNodeUnit); compare lists the copy as ORT-only and says why graphtool has none."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from graphtool.compare.text import format_compare
+    from graphtool.ir.from_onnx import from_onnx
+
+    n = helper.make_node
+    nodes = [n("QuantizeLinear", ["x", "s", "z"], ["xq"]), n("DequantizeLinear", ["xq", "s", "z"], ["a"]),
+             n("DequantizeLinear", ["cq", "s", "z"], ["c"]),
+             n("Add", ["a", "c"], ["p"]), n("QuantizeLinear", ["p", "s", "z"], ["pq"]),
+             n("DequantizeLinear", ["pq", "s", "z"], ["y1"]),
+             n("Mul", ["a", "c"], ["m"]), n("QuantizeLinear", ["m", "s", "z"], ["mq"]),
+             n("DequantizeLinear", ["mq", "s", "z"], ["y2"])]
+    graph = helper.make_graph(
+        nodes, "shared_dq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, [2, 8]) for y in ("y1", "y2")],
+        [helper.make_tensor("s", TensorProto.FLOAT, [], [0.05]), helper.make_tensor("z", TensorProto.UINT8, [], [128]),
+         helper.make_tensor("cq", TensorProto.UINT8, [8], list(range(120, 136, 2)))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    report = compare(from_onnx(onnx.load_from_string(model.SerializeToString())), levels=[1], target="ort")
+    groups = report["levels"][0]["fusions"]["ort_only"]
+    copies = [g for g in groups if g.get("why")]
+    assert copies and all("EnsureUniqueDQForNodeUnit" in g["why"][0] for g in copies), groups
+    assert "graphtool: onnxruntime copies a DequantizeLinear" in format_compare(report)
