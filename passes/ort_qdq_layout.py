@@ -21,10 +21,10 @@ Two levels, as onnxruntime's own (level 2 mirrors its extended level, level 3 it
 * ``ort-qdq-nhwc`` (level 2) changes the layout only where that adds no node — where a Keras model's
   own Transposes cancel against the entry and exit. Elsewhere the graph stays NCHW, the form ORT's
   extended level runs, and the report's notes say what level 3 would write.
-* ``ort-layout-nhwc`` (level 3) changes it wherever the kernels allow. Measured on 33 QDQ CNNs under
-  onnxruntime 1.32 (bench/results/stop39-qdq-unseen.md, stop40-layout.md): the channels-last form
-  under ORT basic runs at most about as long as the original under ORT "all", the NCHW form up to
-  3.9× (SqueezeNet: every conv pays two transposes it cannot share). An NCHW graph input needs one
+* ``ort-layout-nhwc`` (level 3) changes it wherever the kernels allow. Measured on 50 QDQ CNNs under
+  onnxruntime 1.32 (bench/results/stop40-layout.md): the level-3 form under ORT basic runs 0.23-1.01×
+  the original under ORT "all", the NCHW form up to 3.0× (GoogLeNet, SqueezeNet: every conv pays two
+  transposes it cannot share). An NCHW graph input needs one
   entry Transpose (ResNet-18: 35 nodes against ORT extended's 34 and ORT "all"'s 36); a float op
   the layout cannot cross keeps a pair. Explicit Transposes cost what the NCHW kernel's own
   per-call transposes cost, so the form is not the slower one by construction: each converted op
