@@ -41,8 +41,6 @@ with one 5-D Transpose) — and keep the form with fewer nodes (NudeNet's YOLOv8
 
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 from onnx import TensorProto
 
@@ -77,6 +75,8 @@ class OrtQdqNhwc(Pass):
     forms, where the change adds no node (level 2: ORT extended's node count stays the bound)."""
 
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        if self.level < ctx.level:  # at level 3 ort-layout-nhwc decides (what this pass converts, it converts too)
+            return PassResult(False, {"converted": 0})
         if not (graph.has_op("QLinearConv") or graph.has_op("QLinearGlobalAveragePool")):
             return PassResult(False, {"converted": 0})
         if not contrib_allowed(graph, ctx, "QLinearConv", "NhwcMaxPool", "QLinearGlobalAveragePool"):
@@ -85,18 +85,18 @@ class OrtQdqNhwc(Pass):
         if not todo:
             return PassResult(False, {"converted": 0})
         refused = ctx.__dict__.setdefault("_nhwc_refused", {})  # the manager re-runs passes until nothing moves
-        key = (self.name, id(graph))
-        if refused.get(key) == len(todo):
+        if refused.get(id(graph)) == len(todo):
             return PassResult(False, {"converted": 0})
         added, carry = trial(graph, ctx, todo)
         if not self.allowed(added):
-            refused[key] = len(todo)
-            if ctx.level < 3:  # at level 3 ort-layout-nhwc, next, decides
-                ctx.notes.append(f"{self.name}: channels-last layout refused: it would add {added} node"
-                                 f"{'s' * (added != 1)} (Transposes; level 2 keeps onnxruntime extended's NCHW "
-                                 "form): --level 3 writes it, faster on onnxruntime's CPU kernels")
+            refused[id(graph)] = len(todo)
+            ctx.notes.append(f"{self.name}: channels-last layout refused: it would add {added} node"
+                             f"{'s' * (added != 1)} (Transposes; level 2 keeps onnxruntime extended's NCHW "
+                             "form): --level 3 writes it, faster on onnxruntime's CPU kernels")
             return PassResult(False, {"converted": 0, "refused": 1})
-        apply(graph, ctx, todo, Shapes(graph, ctx).rank if carry else None)
+        wrap(graph, ctx, todo)
+        if carry:
+            propagate(graph, ctx, TO_NCHW, Shapes(graph, ctx).rank)
         return PassResult(True, {"converted": len(todo), "added": added})
 
     def allowed(self, added: int) -> bool:
@@ -198,7 +198,9 @@ def trial(graph: Graph, ctx: PassContext, plan: list[tuple[int, str, dict]]) -> 
     def settled(convert: bool, carry: bool = False) -> int:
         copy = graph.copy(graph.parent)
         if convert:
-            apply(copy, None, plan, rank if carry else None, ctx)
+            wrap(copy, None, plan)  # no ctx: the real model's opset imports stay as they are
+        if carry:
+            propagate(copy, ctx, TO_NCHW, rank)
         for _ in range(8):
             if not any([p.run(copy, ctx).changed for p in cleanup]):
                 break
@@ -210,11 +212,7 @@ def trial(graph: Graph, ctx: PassContext, plan: list[tuple[int, str, dict]]) -> 
     return min(wrapped, carried) - before, carried < wrapped
 
 
-def apply(graph: Graph, ctx: PassContext | None, plan: list[tuple[int, str, dict]],
-          rank: Callable[[str], int | None] | None = None, carry_ctx: PassContext | None = None) -> None:
-    """Wrap each planned op in its channels-last form; with ``rank``, also carry the layout through
-    the ops between them (``propagate``)."""
+def wrap(graph: Graph, ctx: PassContext | None, plan: list[tuple[int, str, dict]]) -> None:
+    """Each planned op in its channels-last form between two Transposes."""
     for node_id, op_type, attrs in plan:
         _wrap(graph, ctx, graph.node(node_id), op_type, attrs)
-    if rank is not None:
-        propagate(graph, ctx or carry_ctx, TO_NCHW, rank)

@@ -581,12 +581,28 @@ def propagate(graph: Graph, ctx: PassContext, p: list[int], rank: Callable[[str]
         ok = producer is not None and producer.op_type == "Transpose" and producer.domain in ("", "ai.onnx")
         return producer if ok and _perm(producer, len(p)) == p else None
 
+    def own(node: Node, value: str) -> Node:
+        """``node``'s own Transpose by p for ``value``: the view itself when ``node`` alone reads it, else
+        a copy of the view, or, for a value in the original layout, the inverse Transpose and a view of it."""
+        source = view(value)
+        if source is not None and walker.sole_reader(value) is not None:
+            return source
+        if source is not None:
+            made = graph.add_node("Transpose", [source.inputs[0]], 1, {"perm": p}, name=source.name, near=node)
+        else:
+            into = graph.add_node("Transpose", [value], 1, {"perm": inverse}, name=f"{node.name}/to_layout", near=node)
+            made = graph.add_node("Transpose", [into.outputs[0]], 1, {"perm": p}, name=f"{node.name}/view", near=node)
+        for slot, input_value in enumerate(node.inputs):
+            if input_value == value:
+                graph.set_input(node, slot, made.outputs[0])
+        return made
+
     for node_id in graph.topological_ids():
         node = graph.node(node_id)
         if not graph.has_node(node) or node.op_type == "Transpose" or len(node.outputs) < 1:
             continue
-        if node.op_type == "Reshape" and p == CHANNELS_FIRST and view(node.inputs[0]) is not None:
-            moved += shuffle_channels_last(graph, node, view(node.inputs[0]))
+        if node.op_type == "Reshape" and p == CHANNELS_FIRST and (source := view(node.inputs[0])) is not None:
+            moved += shuffle_channels_last(graph, node, source)
             continue
         live = list(dict.fromkeys(v for s in _data_slots(node) if s < len(node.inputs)
                                   and (v := node.inputs[s]) and graph.const(v) is None))
@@ -599,21 +615,7 @@ def propagate(graph: Graph, ctx: PassContext, p: list[int], rank: Callable[[str]
         move = step(graph, node, p, set(live), opset)
         if move is None or move.perm != p:
             continue
-        for value in live:  # each a Transpose by p read by this op alone
-            source = view(value)
-            if source is not None and walker.sole_reader(value) is not None:
-                continue
-            if source is not None:
-                made = graph.add_node("Transpose", [source.inputs[0]], 1, {"perm": p}, name=source.name, near=node)
-            else:
-                into = graph.add_node("Transpose", [value], 1, {"perm": inverse}, name=f"{node.name}/to_layout",
-                                      near=node)
-                made = graph.add_node("Transpose", [into.outputs[0]], 1, {"perm": p}, name=f"{node.name}/view",
-                                      near=node)
-            for slot, input_value in enumerate(node.inputs):
-                if input_value == value:
-                    graph.set_input(node, slot, made.outputs[0])
-        first = view(node.inputs[next(s for s in _data_slots(node) if node.inputs[s] and graph.const(node.inputs[s]) is None)])
+        first = [own(node, value) for value in live][0]  # each a Transpose by p read by this op alone
         if push(graph, ctx, first, p, walker) is not first:
             moved += 1
     return moved
